@@ -1,0 +1,54 @@
+"""The Engine contract shared by the local (transformers) engine and the SGLang client.
+
+Invariants every engine keeps:
+- ``generate`` is token-in / token-out: it never re-tokenizes. Each yielded ``TokenOut`` carries
+  the sampled id, its log-prob under the sampling distribution (logits / temperature, before
+  top-p truncation; raw logits when temperature is 0), and the policy version whose weights
+  computed it.
+- ``swap`` is atomic between decode steps and never fails an in-flight request: tokens before
+  the swap carry the old version, tokens after it the new one.
+- ``score(ids, start)`` returns teacher-forced log-probs (temperature 1) of ``ids[start:]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Protocol, Sequence
+
+
+class EngineError(RuntimeError):
+    """A generation or scoring request could not be served by the engine."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class TokenOut:
+    token_id: int
+    logprob: float
+    policy_version: int
+
+
+class Engine(Protocol):
+    """What the server, judges and trainers need from an inference engine."""
+
+    @property
+    def policy_version(self) -> int: ...
+
+    @property
+    def context_length(self) -> int: ...
+
+    def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> AsyncIterator[TokenOut]: ...
+
+    async def score(self, ids: Sequence[int], start: int) -> list[float]: ...
+
+    async def swap(self, update: Any, version: int) -> None: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,451 @@
+"""The embedded engine: a transformers causal LM served with continuous batching on one thread.
+
+One worker thread owns the model. Each loop iteration it
+  1. takes new work (requests, weight swaps, scoring) from a thread-safe queue,
+  2. applies pending weight swaps (so a swap lands between two decode steps, atomically),
+  3. prefills each new request on its own (in chunks, so long prompts have bounded memory) and
+     merges its KV cache into the running batch (left-padded),
+  4. runs ONE forward pass for all active sequences and samples one token for each.
+Finished or cancelled rows are dropped from the batch cache; columns that are padding for every
+remaining row are trimmed. Results go back to each request's asyncio queue on its own loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import os
+import queue
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator, Sequence
+
+from slime_ext.engines.base import EngineError, SamplingParams, TokenOut
+
+log = logging.getLogger(__name__)
+
+_END = object()
+
+
+@dataclass
+class LoraUpdate:
+    """LoRA weights to merge into the base weights: ``W = W_base + scaling * B @ A``.
+
+    ``tensors`` uses peft names (``<module>.lora_A.weight`` / ``<module>.lora_B.weight``, with or
+    without peft's ``base_model.model.`` prefix).
+    """
+
+    tensors: dict[str, Any]
+    scaling: float
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    loop: asyncio.AbstractEventLoop
+    out: asyncio.Queue
+    generator: Any
+    id: int = 0
+    generated: int = 0
+    last_token: int = -1
+    position: int = 0  # tokens so far (prompt + generated); the last one sits at position - 1
+    cancelled: bool = False
+    enqueued_at: float = field(default_factory=time.monotonic)
+
+    def emit(self, item: Any) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+        except RuntimeError:  # the client's loop is gone
+            self.cancelled = True
+
+
+class LocalEngine:
+    """A transformers model served token-in / token-out (see ``slime_ext.engines.base``)."""
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        dtype: str = "bfloat16",
+        threads: int | None = None,
+        max_batch_size: int = 32,
+        prefill_chunk: int = 1024,
+        context_length: int | None = None,
+        attn_implementation: str = "sdpa",
+    ) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        self._torch = torch
+        self.threads = threads or os.cpu_count() or 1
+        torch.set_num_threads(self.threads)
+        self.dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[dtype]
+        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=self.dtype, attn_implementation=attn_implementation
+        )
+        self.model.eval()
+        self.model.requires_grad_(False)
+        self.model_dir = Path(model_dir)
+        model_ctx = int(getattr(self.model.config, "max_position_embeddings", 2048))
+        self._context_length = min(context_length, model_ctx) if context_length else model_ctx
+        self.max_batch_size = max_batch_size
+        self.prefill_chunk = prefill_chunk
+        self._version = 0
+        self._ops: queue.Queue = queue.Queue()
+        self._rows: list[_Request] = []
+        self._cache = None
+        self._mask = None
+        self._waiting: list[_Request] = []
+        self._lora_base: dict[str, Any] | None = None
+        self._head = None  # fp32 copy of the output layer, refreshed after each swap
+        self._ids = itertools.count(1)
+        self._stop = threading.Event()
+        self.stats = {"steps": 0, "tokens": 0, "prefill_tokens": 0, "swaps": 0}
+        self._thread = threading.Thread(target=self._run, name="local-engine", daemon=True)
+        self._thread.start()
+
+    # ----------------------------------------------------------------- public API
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    @property
+    def context_length(self) -> int:
+        return self._context_length
+
+    @property
+    def active_requests(self) -> int:
+        return len(self._rows) + len(self._waiting)
+
+    async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> AsyncIterator[TokenOut]:
+        """Stream sampled tokens; closing the iterator early cancels the request."""
+        if not prompt_ids:
+            raise EngineError("prompt is empty")
+        if len(prompt_ids) >= self._context_length:
+            raise EngineError(f"prompt has {len(prompt_ids)} tokens; the context is {self._context_length}")
+        torch = self._torch
+        seed = sampling.seed if sampling.seed is not None else random.getrandbits(63)
+        req = _Request(
+            prompt_ids=list(prompt_ids),
+            sampling=sampling,
+            loop=asyncio.get_running_loop(),
+            out=asyncio.Queue(),
+            generator=torch.Generator().manual_seed(seed),
+            id=next(self._ids),
+        )
+        self._ops.put(("add", req))
+        try:
+            while True:
+                item = await req.out.get()
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise EngineError(str(item)) from item
+                yield item
+        finally:
+            req.cancelled = True
+
+    async def score(self, ids: Sequence[int], start: int) -> list[float]:
+        """Teacher-forced log-probs (temperature 1) of ``ids[start:]`` given ``ids[:start]``."""
+        if not 1 <= start <= len(ids):
+            raise EngineError(f"score: start must be in [1, {len(ids)}], got {start}")
+        fut = asyncio.get_running_loop().create_future()
+        self._ops.put(("score", (list(ids), start), fut))
+        return await fut
+
+    async def swap(self, update: Any, version: int) -> None:
+        """Install new weights between two decode steps and set ``policy_version`` to ``version``.
+
+        ``update`` is a state dict (full or partial), a ``LoraUpdate``, or a directory holding
+        either safetensors weights or a peft adapter (``adapter_config.json``).
+        """
+        prepared = await asyncio.to_thread(self._prepare_update, update)
+        fut = asyncio.get_running_loop().create_future()
+        self._ops.put(("swap", (prepared, int(version)), fut))
+        await fut
+
+    async def close(self) -> None:
+        self._stop.set()
+        self._ops.put(("stop", None))
+        await asyncio.to_thread(self._thread.join, 10)
+
+    # ------------------------------------------------------------ worker thread
+    def _run(self) -> None:
+        torch = self._torch
+        torch.set_num_threads(self.threads)
+        with torch.inference_mode():
+            while not self._stop.is_set():
+                try:
+                    self._take_ops(block=not self._rows and not self._waiting)
+                    self._admit_waiting()
+                    if self._rows:
+                        self._decode_step()
+                except Exception as exc:  # keep serving: fail what was in flight, reset the batch
+                    log.exception("engine step failed")
+                    for req in self._rows + self._waiting:
+                        req.emit(exc)
+                    self._rows, self._waiting, self._cache, self._mask = [], [], None, None
+
+    def _take_ops(self, block: bool) -> None:
+        while True:
+            try:
+                kind, payload, *rest = self._ops.get(block=block, timeout=0.5 if block else None)
+            except queue.Empty:
+                return
+            block = False
+            if kind == "add":
+                self._waiting.append(payload)
+            elif kind == "stop":
+                return
+            else:
+                fut = rest[0]
+                try:
+                    result = self._apply_swap(*payload) if kind == "swap" else self._score(*payload)
+                except Exception as exc:  # reported to the caller, engine keeps going
+                    fut.get_loop().call_soon_threadsafe(_set_exception, fut, exc)
+                else:
+                    fut.get_loop().call_soon_threadsafe(_set_result, fut, result)
+
+    def _admit_waiting(self) -> None:
+        while self._waiting and len(self._rows) < self.max_batch_size:
+            req = self._waiting.pop(0)
+            if req.cancelled:
+                req.emit(_END)
+                continue
+            try:
+                cache, logits = self._prefill(req.prompt_ids)
+            except Exception as exc:
+                log.exception("prefill failed")
+                req.emit(exc)
+                continue
+            req.position = len(req.prompt_ids)
+            self.stats["prefill_tokens"] += len(req.prompt_ids)
+            if self._sample_and_emit([req], logits[None, :]):
+                self._merge(req, cache)
+
+    def _prefill(self, ids: list[int]):
+        from transformers import DynamicCache
+
+        torch = self._torch
+        cache = DynamicCache(config=self.model.config)
+        out = None
+        for i in range(0, len(ids), self.prefill_chunk):
+            chunk = torch.tensor([ids[i : i + self.prefill_chunk]])
+            out = self.model.model(input_ids=chunk, cache=cache, use_cache=True)
+        return cache, self._logits(out.last_hidden_state[0, -1:])[0]
+
+    def _merge(self, req: _Request, cache) -> None:
+        """Add one prefilled sequence to the batch, left-padding whichever side is shorter."""
+        torch = self._torch
+        n = len(req.prompt_ids)
+        new_mask = torch.ones(1, n, dtype=torch.long)
+        if self._cache is None:
+            self._cache, self._mask, self._rows = cache, new_mask, [req]
+            return
+        length = self._mask.shape[1]
+        width = max(length, n)
+        for old, new in zip(self._cache.layers, cache.layers):
+            old.keys = torch.cat([_left_pad(old.keys, width), _left_pad(new.keys, width)], dim=0)
+            old.values = torch.cat([_left_pad(old.values, width), _left_pad(new.values, width)], dim=0)
+        self._mask = torch.cat([_left_pad_mask(self._mask, width), _left_pad_mask(new_mask, width)], dim=0)
+        self._rows.append(req)
+
+    def _decode_step(self) -> None:
+        torch = self._torch
+        rows = self._rows
+        input_ids = torch.tensor([[r.last_token] for r in rows])
+        positions = torch.tensor([[r.position - 1] for r in rows])  # where last_token sits
+        self._mask = torch.cat([self._mask, torch.ones(len(rows), 1, dtype=torch.long)], dim=1)
+        out = self.model.model(
+            input_ids=input_ids,
+            attention_mask=self._mask,
+            position_ids=positions,
+            cache=self._cache,
+            use_cache=True,
+        )
+        self.stats["steps"] += 1
+        keep = self._sample_and_emit(rows, self._logits(out.last_hidden_state[:, -1]))
+        self._keep_rows(keep)
+
+    def _sample_and_emit(self, rows: list[_Request], logits) -> list[bool]:
+        """Sample one token per row, emit it, and return which rows continue."""
+        torch = self._torch
+        temps = torch.tensor([r.sampling.temperature if r.sampling.temperature > 0 else 1.0 for r in rows])
+        logp = torch.log_softmax(logits / temps[:, None], dim=-1)
+        keep = []
+        version = self._version
+        for i, req in enumerate(rows):
+            if req.cancelled:
+                req.emit(_END)
+                keep.append(False)
+                continue
+            token = _sample(torch, logp[i], req.sampling, req.generator)
+            req.emit(TokenOut(token, float(logp[i, token]), version))
+            req.generated += 1
+            req.last_token = token
+            req.position += 1
+            self.stats["tokens"] += 1
+            done = (
+                token in req.sampling.stop_token_ids
+                or req.generated >= req.sampling.max_new_tokens
+                or req.position >= self._context_length
+            )
+            if done:
+                req.emit(_END)
+            keep.append(not done)
+        return keep
+
+    def _keep_rows(self, keep: list[bool]) -> None:
+        if all(keep):
+            return
+        torch = self._torch
+        idx = [i for i, k in enumerate(keep) if k]
+        self._rows = [self._rows[i] for i in idx]
+        if not idx:
+            self._cache, self._mask = None, None
+            return
+        index = torch.tensor(idx)
+        mask = self._mask.index_select(0, index)
+        first = int(mask.any(dim=0).nonzero()[0])  # leading columns that are padding for every row
+        self._mask = mask[:, first:]
+        for layer in self._cache.layers:
+            layer.keys = layer.keys.index_select(0, index)[:, :, first:]
+            layer.values = layer.values.index_select(0, index)[:, :, first:]
+
+    # ------------------------------------------------------------- scoring
+    def _logits(self, hidden):
+        """fp32 logits from final hidden states (see ``output_logits``)."""
+        if self._head is None:
+            self._head = self.model.get_output_embeddings().weight.float()
+        return output_logits(hidden, self._head)
+
+    def _score(self, ids: list[int], start: int) -> list[float]:
+        torch = self._torch
+        if start == len(ids):
+            return []
+        hidden = self.model.model(input_ids=torch.tensor([ids]), use_cache=False).last_hidden_state
+        logp = torch.log_softmax(self._logits(hidden[0, start - 1 : -1]), dim=-1)
+        target = torch.tensor(ids[start:])
+        return logp.gather(1, target[:, None])[:, 0].tolist()
+
+    # ------------------------------------------------------------- weight swaps
+    def _prepare_update(self, update: Any) -> Any:
+        """Load files and cast tensors outside the worker thread, so the swap itself is a copy."""
+        if isinstance(update, (str, Path)):
+            update = load_weights(Path(update))
+        names = self.model.state_dict(keep_vars=True)
+        if isinstance(update, LoraUpdate):
+            pairs = lora_pairs(update.tensors)
+            for module in pairs:
+                if f"{module}.weight" not in names:
+                    raise EngineError(f"LoRA module {module!r} is not in the model")
+            return LoraUpdate({k: (a.to(self.dtype), b.to(self.dtype)) for k, (a, b) in pairs.items()}, update.scaling)
+        if isinstance(update, dict):
+            unknown = [k for k in update if k not in names]
+            if unknown:
+                raise EngineError(f"weights not in the model: {unknown[:5]}")
+            return {k: v.detach().to(self.dtype) for k, v in update.items()}
+        raise EngineError(f"cannot swap in a {type(update).__name__}")
+
+    def _apply_swap(self, update: Any, version: int) -> None:
+        params = self.model.state_dict(keep_vars=True)
+        if isinstance(update, LoraUpdate):
+            if self._lora_base is None:
+                self._lora_base = {}
+            for module, (a, b) in update.tensors.items():
+                name = f"{module}.weight"
+                if name not in self._lora_base:
+                    self._lora_base[name] = params[name].detach().clone()
+                params[name].copy_(self._lora_base[name] + update.scaling * (b @ a))
+        else:
+            for name, tensor in update.items():
+                params[name].copy_(tensor)
+            self._lora_base = None  # new base weights: later adapters merge onto these
+        self._head = None
+        self._version = version
+        self.stats["swaps"] += 1
+        log.info("policy version %d installed", version)
+
+
+def output_logits(hidden, head_fp32):
+    """The output layer in fp32: bf16 logits are quantized to ~0.1 at typical magnitudes, which
+    would make recorded log-probs disagree with any re-computation. Used for generation, scoring
+    and by tests as the reference forward pass."""
+    return hidden.float() @ head_fp32.T
+
+
+def _set_result(fut: asyncio.Future, value: Any) -> None:
+    if not fut.done():
+        fut.set_result(value)
+
+
+def _set_exception(fut: asyncio.Future, exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
+
+
+def _left_pad(t, width: int):
+    pad = width - t.shape[2]
+    if pad == 0:
+        return t
+    zeros = t.new_zeros(t.shape[0], t.shape[1], pad, t.shape[3])
+    return __import__("torch").cat([zeros, t], dim=2)
+
+
+def _left_pad_mask(mask, width: int):
+    pad = width - mask.shape[1]
+    if pad == 0:
+        return mask
+    return __import__("torch").cat([mask.new_zeros(mask.shape[0], pad), mask], dim=1)
+
+
+def _sample(torch, logp, sampling: SamplingParams, generator) -> int:
+    """Greedy at temperature 0; otherwise nucleus sampling from the temperature-scaled log-probs."""
+    if sampling.temperature <= 0:
+        return int(logp.argmax())
+    probs = logp.exp()
+    if sampling.top_p < 1.0:
+        sorted_p, order = probs.sort(descending=True)
+        cum = sorted_p.cumsum(0)
+        cut = cum - sorted_p >= sampling.top_p  # drop tokens once the mass before them reaches top_p
+        sorted_p[cut] = 0.0
+        probs = torch.zeros_like(probs).scatter_(0, order, sorted_p)
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def lora_pairs(tensors: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Group peft LoRA tensors into ``{module_name: (A, B)}`` with model-relative module names."""
+    pairs: dict[str, dict[str, Any]] = {}
+    for name, t in tensors.items():
+        for part in ("lora_A", "lora_B"):
+            marker = f".{part}."
+            if marker in name:
+                module = name.split(marker)[0]
+                module = module.removeprefix("base_model.model.")
+                pairs.setdefault(module, {})[part] = t
+    bad = [m for m, p in pairs.items() if set(p) != {"lora_A", "lora_B"}]
+    if bad or not pairs:
+        raise EngineError(f"incomplete LoRA adapter (modules missing A or B: {bad[:5]})" if bad else "no LoRA tensors")
+    return {m: (p["lora_A"], p["lora_B"]) for m, p in pairs.items()}
+
+
+def load_weights(path: Path) -> Any:
+    """Read a peft adapter directory as a ``LoraUpdate``, or safetensors files as a state dict."""
+    from safetensors.torch import load_file
+
+    if (path / "adapter_config.json").exists():
+        config = json.loads((path / "adapter_config.json").read_text())
+        tensors = load_file(str(path / "adapter_model.safetensors"))
+        return LoraUpdate(tensors, float(config["lora_alpha"]) / float(config["r"]))
+    files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
+    if not files:
+        raise EngineError(f"no safetensors weights in {path}")
+    state: dict[str, Any] = {}
+    for f in files:
+        state.update(load_file(str(f)))
+    return state
