@@ -413,6 +413,7 @@ def _sample(torch, logp, sampling: SamplingParams, generator) -> int:
         sorted_p, order = probs.sort(descending=True)
         cum = sorted_p.cumsum(0)
         cut = cum - sorted_p >= sampling.top_p  # drop tokens once the mass before them reaches top_p
+        cut[0] = False  # the most likely token always stays (top_p = 0 is greedy)
         sorted_p[cut] = 0.0
         probs = torch.zeros_like(probs).scatter_(0, order, sorted_p)
     return int(torch.multinomial(probs, 1, generator=generator))

@@ -1,0 +1,125 @@
+"""Turn the growing decoded text of a response into what the client sees: content and tool calls.
+
+One incremental parser serves both streaming and non-streaming responses, so the two always
+agree: a non-streaming reply is the parser fed the final text once. Invariants:
+- emitted content is only ever appended to (what was sent is never taken back);
+- text that might still become a stop string, a ``<tool_call>`` marker or a multi-byte character
+  is held back until it is decided;
+- a ``<tool_call>`` block becomes a tool call when it holds valid JSON naming an offered tool,
+  otherwise its raw text is content;
+- whitespace-only content next to tool calls is dropped (it is formatting, not an answer).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+
+
+def find_stop(text: str, stops: list[str]) -> int:
+    """Index of the earliest stop string in ``text``, or -1."""
+    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(hits) if hits else -1
+
+
+def partial_suffix(text: str, markers: list[str]) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of one of ``markers``."""
+    best = 0
+    for m in markers:
+        for n in range(min(len(m) - 1, len(text)), best, -1):
+            if text.endswith(m[:n]):
+                best = n
+                break
+    return best
+
+
+def parse_tool_call(block: str, tool_names: set[str]) -> dict[str, Any] | None:
+    """``{"name": ..., "arguments": {...}}`` -> an OpenAI tool call, or None if it is not one."""
+    try:
+        obj = json.loads(block.strip())
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or obj.get("name") not in tool_names:
+        return None
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if isinstance(args, str):
+        try:
+            json.loads(args)
+        except ValueError:
+            return None
+    else:
+        args = json.dumps(args, ensure_ascii=False)
+    return {"id": "call_" + uuid.uuid4().hex[:24], "type": "function", "function": {"name": obj["name"], "arguments": args}}
+
+
+@dataclass
+class ReplyParser:
+    """Feed it the full decoded text so far; it returns the new events for the client."""
+
+    stops: list[str] = field(default_factory=list)
+    tool_names: set[str] = field(default_factory=set)
+    pos: int = 0  # characters of the visible text consumed
+    content: str = ""  # content emitted so far
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    stopped: bool = False  # a stop string was found; ``visible`` ends before it
+    visible: str = ""
+    _pending_ws: str = ""
+
+    def feed(self, text: str, final: bool = False) -> list[tuple[str, Any]]:
+        """Return ``[("content", str) | ("tool_call", dict)]`` for the newly decided text."""
+        cut = find_stop(text, self.stops) if self.stops else -1
+        if cut >= 0:
+            text, final, self.stopped = text[:cut], True, True
+        elif not final:
+            hold = partial_suffix(text, self.stops) if self.stops else 0
+            if text.endswith("\ufffd"):  # an incomplete multi-byte character
+                hold = max(hold, 1)
+            text = text[: len(text) - hold]
+        self.visible = text
+        events: list[tuple[str, Any]] = []
+        while self.pos < len(text):
+            rest = text[self.pos :]
+            i = rest.find(OPEN) if self.tool_names else -1
+            if i < 0:
+                keep = 0 if final or not self.tool_names else partial_suffix(rest, [OPEN])
+                self._content(rest[: len(rest) - keep], events)
+                self.pos += len(rest) - keep
+                break
+            if i > 0:
+                self._content(rest[:i], events)
+                self.pos += i
+                continue
+            j = rest.find(CLOSE, len(OPEN))
+            if j < 0:
+                if final:
+                    self._content(rest, events)
+                    self.pos += len(rest)
+                break
+            call = parse_tool_call(rest[len(OPEN) : j], self.tool_names)
+            if call is None:
+                self._content(rest[: j + len(CLOSE)], events)
+            else:
+                self._pending_ws = ""
+                self.tool_calls.append(call)
+                events.append(("tool_call", call))
+            self.pos += j + len(CLOSE)
+        if final and self._pending_ws and not self.tool_calls:
+            events.append(("content", self._pending_ws))
+            self.content += self._pending_ws
+            self._pending_ws = ""
+        return events
+
+    def _content(self, s: str, events: list) -> None:
+        if not s:
+            return
+        s = self._pending_ws + s
+        if not s.strip():
+            self._pending_ws = s
+            return
+        self._pending_ws = ""
+        self.content += s
+        events.append(("content", s))

@@ -1,0 +1,219 @@
+"""Validate a chat-completions request body into a ``ChatRequest``, or raise ``ApiError``.
+
+Every check names the offending field (``param``) the way OpenAI does, e.g. ``messages[2].role``.
+Fields we do not use (``frequency_penalty``, ``logit_bias``, ``response_format``, ...) are
+accepted and ignored, as OpenAI-compatible servers commonly do; ``n > 1`` is refused because a
+recorded turn is one sampled response.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from slime_ext.api.errors import ApiError
+
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+MAX_STOP = 4
+
+
+@dataclass
+class ChatRequest:
+    messages: list[dict[str, Any]]
+    model: str | None = None
+    stream: bool = False
+    include_usage: bool = False
+    max_tokens: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    tool_choice: Any = "auto"
+    user: str | None = None
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _number(body: dict, name: str, default: float, lo: float, hi: float) -> float:
+    v = body.get(name)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ApiError(f"'{name}' must be a number", param=name)
+    if not lo <= v <= hi:
+        raise ApiError(f"'{name}' must be between {lo:g} and {hi:g}, got {v}", param=name)
+    return float(v)
+
+
+def _content(value: Any, where: str, role: str) -> str | list | None:
+    if value is None:
+        if role in ("assistant", "tool", "function"):
+            return None
+        raise ApiError(f"'{where}' is required for a {role} message", param=where)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        parts = []
+        for j, part in enumerate(value):
+            pw = f"{where}[{j}]"
+            if not isinstance(part, dict):
+                raise ApiError(f"'{pw}' must be an object with 'type' and 'text'", param=pw)
+            if part.get("type") != "text":
+                raise ApiError(
+                    f"'{pw}.type' is {part.get('type')!r}; this server accepts only 'text' content parts", param=pw
+                )
+            if not isinstance(part.get("text"), str):
+                raise ApiError(f"'{pw}.text' must be a string", param=pw)
+            parts.append({"type": "text", "text": part["text"]})
+        return parts
+    raise ApiError(f"'{where}' must be a string or a list of text parts", param=where)
+
+
+def _tool_calls(value: Any, where: str) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        raise ApiError(f"'{where}' must be a list", param=where)
+    calls = []
+    for j, tc in enumerate(value):
+        w = f"{where}[{j}]"
+        fn = tc.get("function") if isinstance(tc, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise ApiError(f"'{w}.function.name' must be a string", param=w)
+        args = fn.get("arguments", "{}")
+        if not isinstance(args, (str, dict)):
+            raise ApiError(f"'{w}.function.arguments' must be a JSON string", param=w)
+        calls.append(
+            {"id": str(tc.get("id", "")), "type": "function", "function": {"name": fn["name"], "arguments": args}}
+        )
+    return calls
+
+
+def _messages(value: Any) -> list[dict[str, Any]]:
+    if value is None:
+        raise ApiError("'messages' is required", param="messages")
+    if not isinstance(value, list):
+        raise ApiError("'messages' must be a list of message objects", param="messages")
+    if not value:
+        raise ApiError("'messages' must not be empty", param="messages")
+    out = []
+    for i, m in enumerate(value):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise ApiError(f"'{where}' must be an object", param=where)
+        role = m.get("role")
+        if not isinstance(role, str):
+            raise ApiError(f"'{where}.role' is required and must be a string", param=f"{where}.role")
+        if role not in ROLES:
+            raise ApiError(f"'{where}.role' is {role!r}; expected one of {', '.join(ROLES)}", param=f"{where}.role")
+        msg: dict[str, Any] = {"role": "system" if role == "developer" else role}
+        msg["content"] = _content(m.get("content"), f"{where}.content", role)
+        if role == "assistant" and m.get("tool_calls") is not None:
+            msg["tool_calls"] = _tool_calls(m["tool_calls"], f"{where}.tool_calls")
+        if role == "assistant" and msg["content"] is None and not msg.get("tool_calls"):
+            raise ApiError(f"'{where}' is an assistant message with neither content nor tool_calls", param=where)
+        if role in ("tool", "function"):
+            if msg["content"] is None:
+                raise ApiError(f"'{where}.content' is required for a {role} message", param=f"{where}.content")
+            msg["role"] = "tool"
+            if m.get("tool_call_id") is not None:
+                msg["tool_call_id"] = str(m["tool_call_id"])
+        if isinstance(m.get("name"), str):
+            msg["name"] = m["name"]
+        out.append(msg)
+    return out
+
+
+def _tools(value: Any) -> list[dict[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ApiError("'tools' must be a list", param="tools")
+    tools = []
+    for i, t in enumerate(value):
+        w = f"tools[{i}]"
+        if not isinstance(t, dict) or t.get("type", "function") != "function":
+            raise ApiError(f"'{w}' must be an object with type 'function'", param=w)
+        fn = t.get("function")
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise ApiError(f"'{w}.function.name' must be a non-empty string", param=f"{w}.function.name")
+        params = fn.get("parameters", {})
+        if not isinstance(params, dict):
+            raise ApiError(f"'{w}.function.parameters' must be a JSON-schema object", param=f"{w}.function.parameters")
+        tools.append({"type": "function", "function": fn})
+    return tools
+
+
+def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> Any:
+    if value is None:
+        return "auto"
+    if value in ("auto", "none", "required"):
+        return value
+    if isinstance(value, dict) and isinstance((value.get("function") or {}).get("name"), str):
+        name = value["function"]["name"]
+        if name not in {t["function"]["name"] for t in tools}:
+            raise ApiError(f"'tool_choice' names {name!r}, which is not in 'tools'", param="tool_choice")
+        return value
+    raise ApiError("'tool_choice' must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}", param="tool_choice")
+
+
+def parse_chat_request(body: Any) -> ChatRequest:
+    """Check a decoded JSON body; raise ``ApiError`` naming the first problem found."""
+    if not isinstance(body, dict):
+        raise ApiError("the request body must be a JSON object")
+    messages = _messages(body.get("messages"))
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ApiError("'model' must be a string", param="model")
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise ApiError("'stream' must be a boolean", param="stream")
+    opts = body.get("stream_options")
+    if opts is not None and not isinstance(opts, dict):
+        raise ApiError("'stream_options' must be an object", param="stream_options")
+    include_usage = bool((opts or {}).get("include_usage", False))
+    n = body.get("n", 1)
+    if n is not None and (not _is_int(n) or n < 1):
+        raise ApiError("'n' must be a positive integer", param="n")
+    if n is not None and n > 1:
+        raise ApiError("'n' > 1 is not supported: each recorded turn is one sampled response", param="n")
+    max_tokens = None
+    for name in ("max_completion_tokens", "max_tokens"):
+        v = body.get(name)
+        if v is None:
+            continue
+        if not _is_int(v) or v < 1:
+            raise ApiError(f"'{name}' must be a positive integer", param=name)
+        max_tokens = v if max_tokens is None else min(max_tokens, v)
+    stop = body.get("stop")
+    if stop is None:
+        stop = []
+    elif isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop) or len(stop) > MAX_STOP:
+        raise ApiError(f"'stop' must be a non-empty string or a list of at most {MAX_STOP} non-empty strings", param="stop")
+    seed = body.get("seed")
+    if seed is not None and not _is_int(seed):
+        raise ApiError("'seed' must be an integer", param="seed")
+    user = body.get("user")
+    if user is not None and not isinstance(user, str):
+        raise ApiError("'user' must be a string", param="user")
+    tools = _tools(body.get("tools"))
+    return ChatRequest(
+        messages=messages,
+        model=model,
+        stream=stream,
+        include_usage=include_usage,
+        max_tokens=max_tokens,
+        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
+        top_p=_number(body, "top_p", 1.0, 0.0, 1.0),
+        stop=stop,
+        seed=seed,
+        tools=tools,
+        tool_choice=_tool_choice(body.get("tool_choice"), tools),
+        user=user,
+    )

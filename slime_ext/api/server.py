@@ -1,0 +1,350 @@
+"""The OpenAI-compatible server: HTTP in, token ids to the engine, every turn to the store.
+
+Request path of ``POST /v1/chat/completions``:
+  validate (schemas) -> render prompt ids (prompt) -> assign session (sessions) -> generate
+  (engine, token-in/token-out) -> parse content / tool calls incrementally (reply) -> commit the
+  turn (store) -> send the last chunk.
+The turn is committed before the final chunk (``finish_reason``) is written, so a client that got
+a whole response can always find it in the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from slime_ext.api.errors import ApiError
+from slime_ext.api.metrics import Metrics
+from slime_ext.api.prompt import PromptRenderer
+from slime_ext.api.reply import ReplyParser
+from slime_ext.api.schemas import ChatRequest, parse_chat_request
+from slime_ext.engines.base import EngineError, SamplingParams
+from slime_ext.sessions import Assignment, SessionTracker, message_key
+from slime_ext.types import Turn
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServerSettings:
+    model_name: str
+    api_keys: tuple[str, ...] = ()
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_tokens_cap: int = 1024  # the most new tokens one response may take
+    default_max_tokens: int = 512  # when the request names none
+    session_sweep_s: float = 30.0
+
+
+class ChatServer:
+    """Holds the engine, tokenizer, store and session tracker, and serves the HTTP API."""
+
+    def __init__(self, engine, tokenizer, store, tracker: SessionTracker, settings: ServerSettings) -> None:
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.renderer = PromptRenderer(tokenizer)
+        self.store = store
+        self.tracker = tracker
+        self.settings = settings
+        self.stop_ids = tuple(sorted(_stop_token_ids(tokenizer)))
+        self.in_flight = 0
+        self.metrics = Metrics()
+        self.metrics.gauge("openclaw_policy_version", lambda: self.engine.policy_version, "Policy version being served")
+        self.metrics.gauge("openclaw_requests_in_flight", lambda: self.in_flight, "Chat requests being served")
+        self.metrics.gauge("openclaw_sessions_open", lambda: self.tracker.open_sessions, "Sessions held in memory")
+
+    # ------------------------------------------------------------------ app
+    def app(self) -> web.Application:
+        app = web.Application(
+            client_max_size=self.settings.max_body_bytes,
+            middlewares=[self._errors_middleware, self._auth_middleware],
+        )
+        app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/metrics", self.prometheus)
+        app.on_startup.append(self._start_sweeper)
+        app.on_cleanup.append(self._stop_sweeper)
+        return app
+
+    @web.middleware
+    async def _errors_middleware(self, request: web.Request, handler):
+        try:
+            return await handler(request)
+        except ApiError as e:
+            self.metrics.inc("openclaw_errors_total", help="Requests answered with an error", status=str(e.status))
+            return web.json_response(e.body(), status=e.status)
+        except web.HTTPRequestEntityTooLarge:
+            e = ApiError(f"request body is larger than {self.settings.max_body_bytes} bytes", status=413, code="request_too_large")
+            return web.json_response(e.body(), status=413)
+        except web.HTTPException as e:  # 404, 405, ... as OpenAI-style JSON
+            if e.status < 400:
+                raise
+            err = ApiError(f"{e.reason}: {request.method} {request.path}", status=e.status, code=str(e.status))
+            return web.json_response(err.body(), status=e.status)
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        except Exception:
+            log.exception("unhandled error serving %s %s", request.method, request.path)
+            err = ApiError("internal server error", status=500, type="server_error", code="internal_error")
+            return web.json_response(err.body(), status=500)
+
+    @web.middleware
+    async def _auth_middleware(self, request: web.Request, handler):
+        if self.settings.api_keys and request.path != "/healthz":
+            given = request.headers.get("Authorization", "")
+            token = given[7:].strip() if given[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
+            if not any(hmac.compare_digest(token.encode(), k.encode()) for k in self.settings.api_keys):
+                raise ApiError("invalid or missing API key (send 'Authorization: Bearer <key>')", status=401,
+                               type="authentication_error", code="invalid_api_key")
+        return await handler(request)
+
+    async def _start_sweeper(self, app: web.Application) -> None:
+        async def sweep() -> None:
+            while True:
+                await asyncio.sleep(self.settings.session_sweep_s)
+                self.tracker.close_idle()
+
+        app["sweeper"] = asyncio.create_task(sweep())
+
+    async def _stop_sweeper(self, app: web.Application) -> None:
+        app["sweeper"].cancel()
+
+    # ------------------------------------------------------------------ small endpoints
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {"object": "list", "data": [{"id": self.settings.model_name, "object": "model", "created": 0, "owned_by": "openclaw-rl"}]}
+        )
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        counts = await self.store.run(self.store.counts)
+        return web.json_response(
+            {
+                "status": "ok",
+                "model": self.settings.model_name,
+                "policy_version": self.engine.policy_version,
+                "requests_in_flight": self.in_flight,
+                "sessions_open": self.tracker.open_sessions,
+                **counts,
+            }
+        )
+
+    async def prometheus(self, request: web.Request) -> web.Response:
+        return web.Response(text=self.metrics.render(), content_type="text/plain", charset="utf-8",
+                            headers={"X-Content-Type-Hint": "version=0.0.4"})
+
+    # ------------------------------------------------------------------ chat completions
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        received = time.time()
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ApiError(f"the request body is not valid JSON: {e}", code="invalid_json") from None
+        req = parse_chat_request(body)
+        try:
+            prompt_ids = self.renderer.render(req.messages, req.tools, req.tool_choice)
+        except Exception as e:  # a template that cannot render these messages
+            raise ApiError(f"the chat template could not render these messages: {e}", param="messages") from None
+        ctx = self.engine.context_length
+        if len(prompt_ids) >= ctx:
+            raise ApiError(
+                f"the prompt is {len(prompt_ids)} tokens, but this model's context is {ctx} tokens "
+                f"({self.settings.model_name}); shorten the messages or serve a model with a longer context",
+                param="messages", code="context_length_exceeded",
+            )
+        max_new = min(req.max_tokens or self.settings.default_max_tokens, self.settings.max_tokens_cap, ctx - len(prompt_ids))
+        sampling = SamplingParams(
+            temperature=req.temperature, top_p=req.top_p, max_new_tokens=max_new, seed=req.seed, stop_token_ids=self.stop_ids
+        )
+        user = req.user or _key_identity(request)
+        headers = {k.lower(): v for k, v in request.headers.items() if k.lower().startswith("x-")}
+        assignment = self.tracker.assign(req.messages, headers, user)
+        gen = _Generation(self, req, prompt_ids, sampling, assignment, user, received)
+        self.in_flight += 1
+        self.metrics.inc("openclaw_requests_total", help="Chat requests accepted", stream=str(req.stream).lower())
+        try:
+            if req.stream:
+                return await gen.stream(request)
+            return await gen.complete()
+        finally:
+            self.in_flight -= 1
+
+
+class _Generation:
+    """One chat completion: runs the engine, feeds the parser, records the turn."""
+
+    def __init__(self, server: ChatServer, req: ChatRequest, prompt_ids, sampling, assignment: Assignment, user, received):
+        self.s = server
+        self.req = req
+        self.prompt_ids = prompt_ids
+        self.sampling = sampling
+        self.a = assignment
+        self.user = user
+        self.id = "chatcmpl-" + uuid.uuid4().hex
+        self.created = int(received)
+        self.t_received = received
+        self.t_first: float | None = None
+        self.tokens: list[int] = []
+        self.logprobs: list[float] = []
+        self.versions: list[int] = []
+        tools_on = bool(req.tools) and req.tool_choice != "none"
+        self.parser = ReplyParser(stops=req.stop, tool_names={t["function"]["name"] for t in req.tools} if tools_on else set())
+        self.hit_eos = False
+
+    async def events(self):
+        """Yield parser events as tokens arrive; stops the engine early on a stop string."""
+        decode = self.s.tokenizer.decode
+        stream = self.s.engine.generate(self.prompt_ids, self.sampling)
+        try:
+            async for out in stream:
+                if self.t_first is None:
+                    self.t_first = time.time()
+                self.tokens.append(out.token_id)
+                self.logprobs.append(out.logprob)
+                self.versions.append(out.policy_version)
+                if out.token_id in self.sampling.stop_token_ids:
+                    self.hit_eos = True
+                for ev in self.parser.feed(decode(self.tokens, skip_special_tokens=True)):
+                    yield ev
+                if self.parser.stopped:
+                    break
+        finally:
+            await stream.aclose()
+        if not self.parser.stopped:
+            for ev in self.parser.feed(decode(self.tokens, skip_special_tokens=True), final=True):
+                yield ev
+
+    @property
+    def finish_reason(self) -> str:
+        if self.parser.tool_calls:
+            return "tool_calls"
+        if self.parser.stopped or self.hit_eos:
+            return "stop"
+        return "length"
+
+    def usage(self) -> dict[str, int]:
+        return {"prompt_tokens": len(self.prompt_ids), "completion_tokens": len(self.tokens),
+                "total_tokens": len(self.prompt_ids) + len(self.tokens)}
+
+    def message(self) -> dict[str, Any]:
+        msg: dict[str, Any] = {"role": "assistant", "content": self.parser.content or (None if self.parser.tool_calls else "")}
+        if self.parser.tool_calls:
+            msg["tool_calls"] = self.parser.tool_calls
+        return msg
+
+    async def record(self, finish_reason: str, main_line: bool | None = None, reason: str | None = None) -> None:
+        """Commit the turn; returns only once it is durable."""
+        now = time.time()
+        msg = self.message()
+        turn = Turn(
+            session_id=self.a.session_id, index=self.a.turn_index,
+            main_line=self.a.main_line if main_line is None else main_line,
+            reason=reason or self.a.reason, request_id=self.id,
+            prompt_token_ids=list(self.prompt_ids), response_token_ids=self.tokens, response_logprobs=self.logprobs,
+            response_text=self.parser.visible, policy_version=self.versions[0] if self.versions else self.s.engine.policy_version,
+            policy_version_end=self.versions[-1] if self.versions else self.s.engine.policy_version,
+            finish_reason=finish_reason, messages=self.req.messages, tool_calls=self.parser.tool_calls or None,
+            user=self.user,
+            sampling={"temperature": self.sampling.temperature, "top_p": self.sampling.top_p,
+                      "max_new_tokens": self.sampling.max_new_tokens, "seed": self.sampling.seed, "stop": self.req.stop},
+            timings={"received": self.t_received, "first_token": self.t_first or now, "done": now},
+            reply_key=message_key(msg), history_keys=self.a.history_keys, created_at=now,
+        )
+        await self.s.store.run(self.s.store.insert_turn, turn)
+        if self.a.main_line and not turn.main_line:
+            self.s.tracker.demote(self.a)
+        self.s.tracker.record_reply(self.a, turn.reply_key)
+        self.s.metrics.inc("openclaw_turns_recorded_total", help="Turns committed to the store",
+                           main_line=str(turn.main_line).lower())
+        self.s.metrics.inc("openclaw_generated_tokens_total", len(self.tokens), help="Response tokens sampled")
+
+    async def complete(self) -> web.Response:
+        try:
+            async for _ in self.events():
+                pass
+        except EngineError as e:
+            raise ApiError(f"the engine failed: {e}", status=500, type="server_error", code="engine_error") from None
+        await self.record(self.finish_reason)
+        return web.json_response(
+            {
+                "id": self.id, "object": "chat.completion", "created": self.created, "model": self.s.settings.model_name,
+                "choices": [{"index": 0, "message": self.message(), "finish_reason": self.finish_reason, "logprobs": None}],
+                "usage": self.usage(),
+            }
+        )
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.s.settings.model_name,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}]}
+        return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
+
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                           "X-Session-Id": self.a.session_id})
+        await resp.prepare(request)
+        try:
+            await resp.write(self._chunk({"role": "assistant", "content": ""}))
+            n_calls = 0
+            async for kind, value in self.events():
+                if kind == "content":
+                    await resp.write(self._chunk({"content": value}))
+                else:
+                    call = {"index": n_calls, **value}
+                    n_calls += 1
+                    await resp.write(self._chunk({"tool_calls": [call]}))
+        except (ConnectionResetError, asyncio.CancelledError):
+            await self._abandon()
+            raise
+        except EngineError as e:
+            err = ApiError(f"the engine failed: {e}", status=500, type="server_error", code="engine_error")
+            await resp.write(b"data: " + json.dumps(err.body()).encode() + b"\n\ndata: [DONE]\n\n")
+            return resp
+        await self.record(self.finish_reason)
+        try:
+            await resp.write(self._chunk({}, self.finish_reason))
+            if self.req.include_usage:
+                usage = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
+                         "model": self.s.settings.model_name, "choices": [], "usage": self.usage()}
+                await resp.write(b"data: " + json.dumps(usage).encode() + b"\n\n")
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+        except ConnectionResetError:
+            pass
+        return resp
+
+    async def _abandon(self) -> None:
+        """The client left mid-stream: keep the record, but never as a trainable main-line turn."""
+        try:
+            await asyncio.shield(self.record("client_disconnected", main_line=False,
+                                             reason="side: the client disconnected before the reply was complete"))
+        except Exception:
+            log.exception("could not record an abandoned turn")
+
+
+def _stop_token_ids(tokenizer) -> set[int]:
+    ids = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    for tok in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
+        tid = tokenizer.convert_tokens_to_ids(tok)
+        if isinstance(tid, int) and tid != tokenizer.unk_token_id and tid >= 0:
+            ids.add(tid)
+    return ids
+
+
+def _key_identity(request: web.Request) -> str | None:
+    """A stable, non-secret identity for the API key a client sent (never the key itself)."""
+    auth = request.headers.get("Authorization", "")
+    if auth[:7].lower() != "bearer " or not auth[7:].strip():
+        return None
+    import hashlib
+
+    return "key:" + hashlib.sha256(auth[7:].strip().encode()).hexdigest()[:12]

@@ -1,0 +1,129 @@
+"""The ``openclaw-rl`` command.
+
+  openclaw-rl serve    [--model M] [--port P] [--run-dir DIR] ...   serve and record
+  openclaw-rl records  --run-dir DIR [--json]                       print what was recorded
+  openclaw-rl models                                                list / prepare built-in models
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+from typing import Any
+
+from slime_ext.config import ServeConfig, load_yaml
+
+
+def _add_serve_args(p: argparse.ArgumentParser) -> None:
+    d = ServeConfig()
+    p.add_argument("--config", help="YAML file of settings (the flag names, with - or _); flags override it")
+    p.add_argument("--model", help=f"built-in name (smollm2-135m, tiny) or a local HF checkpoint directory [{d.model}]")
+    p.add_argument("--host", help=f"address to bind [{d.host}]; 0.0.0.0 exposes it: set --api-key then")
+    p.add_argument("--port", type=int, help=f"port [{d.port}]")
+    p.add_argument("--run-dir", help="where records go [runs/<timestamp>]; reuse one to resume")
+    p.add_argument("--api-key", help="require this bearer key (also $OPENCLAW_RL_API_KEY, $SGLANG_API_KEY)")
+    p.add_argument("--served-model-name", help="model id reported by /v1/models [the --model value]")
+    p.add_argument("--dtype", choices=["bfloat16", "float32"], help=f"engine dtype [{d.dtype}]")
+    p.add_argument("--threads", type=int, help="torch threads for the engine [all cores]")
+    p.add_argument("--max-batch-size", type=int, help=f"sequences decoded together [{d.max_batch_size}]")
+    p.add_argument("--context-length", type=int, help="cap the context below the model's own")
+    p.add_argument("--max-tokens-cap", type=int, help=f"most new tokens per response [{d.max_tokens_cap}]")
+    p.add_argument("--default-max-tokens", type=int, help=f"new tokens when a request names none [{d.default_max_tokens}]")
+    p.add_argument("--max-body-mb", type=float, help=f"largest request body [{d.max_body_mb}]")
+    p.add_argument("--session-idle-timeout-s", type=float, help=f"close sessions idle this long [{d.session_idle_timeout_s:g}]")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help=f"[{d.log_level}]")
+
+
+def serve_config(args: argparse.Namespace) -> ServeConfig:
+    data: dict[str, Any] = load_yaml(args.config) if args.config else {}
+    for f in dataclasses.fields(ServeConfig):
+        v = getattr(args, f.name, None)
+        if v is not None:
+            data[f.name] = v
+    return ServeConfig.from_mapping(data, args.config or "command line")
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    cfg = serve_config(args)
+    logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    from slime_ext.serve import run_server
+
+    run_server(cfg)
+    return 0
+
+
+def cmd_records(args: argparse.Namespace) -> int:
+    from slime_ext.store import export_records
+
+    try:
+        data = export_records(args.run_dir)
+    except FileNotFoundError as e:
+        print(f"openclaw-rl records: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(data, sys.stdout)
+        sys.stdout.write("\n")
+        return 0
+    if not data["sessions"]:
+        print("no sessions recorded yet")
+    for s in data["sessions"]:
+        state = "closed" if s["closed"] else "open"
+        print(f"session {s['id']}  user={s['user'] or '-'}  {s['source']}  {state}  {len(s['turns'])} turns")
+        for t in s["turns"]:
+            kind = "main" if t["main_line"] else "side"
+            text = t["response_text"].replace("\n", " ")
+            print(f"  turn {t['index']} [{kind}] v{t['policy_version']} {len(t['prompt_token_ids'])}+{len(t['response_token_ids'])} tokens "
+                  f"{t['finish_reason']}: {text[:70]!r}")
+            print(f"      why: {t['reason']}")
+            if t["next_state"] is not None:
+                print(f"      next state ({t['next_state_role']}): {t['next_state'][:70]!r}")
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from slime_ext.models import BUILTIN_MODELS, cache_dir, resolve_model
+
+    for name in BUILTIN_MODELS:
+        if args.prepare:
+            resolve_model(name)
+        ready = (cache_dir() / name / "config.json").exists()
+        print(f"{name:14s} {'ready' if ready else 'not converted yet'}  {cache_dir() / name}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="openclaw-rl", description="Serve a self-hosted agent and learn from its conversations.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("serve", help="start the OpenAI-compatible server and record every conversation",
+                       description="Start the OpenAI-compatible API (http://HOST:PORT/v1) and record every turn in RUN_DIR.")
+    _add_serve_args(p)
+    p.set_defaults(fn=cmd_serve)
+    p = sub.add_parser("records", help="print the sessions and turns of a run directory",
+                       description="Print recorded sessions and turns with their decisions and reasons.")
+    p.add_argument("--run-dir", required=True, help="the run directory given to serve")
+    p.add_argument("--json", action="store_true", help="one JSON object: {sessions: [{id, user, turns: [...]}]}")
+    p.set_defaults(fn=cmd_records)
+    p = sub.add_parser("models", help="list the built-in models and where they are cached",
+                       description="List built-in models; --prepare converts them now instead of on first use.")
+    p.add_argument("--prepare", action="store_true", help="convert / build every built-in model now")
+    p.set_defaults(fn=cmd_models)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except (ValueError, RuntimeError) as e:
+        print(f"openclaw-rl {args.command}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

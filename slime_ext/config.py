@@ -1,0 +1,57 @@
+"""One typed settings object for serving. The CLI flags and a YAML file (``--config``) both map
+onto it; later issues add the trainer's and Slime's settings here, never as scattered env reads."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class ServeConfig:
+    model: str = "smollm2-135m"
+    host: str = "127.0.0.1"
+    port: int = 30000
+    run_dir: str = ""  # default: runs/<timestamp>
+    api_key: str = ""  # also OPENCLAW_RL_API_KEY or SGLANG_API_KEY
+    served_model_name: str = ""  # the id /v1/models reports; default: the --model value
+    dtype: str = "bfloat16"
+    threads: int = 0  # 0: all cores
+    max_batch_size: int = 32
+    context_length: int = 0  # 0: the model's own
+    max_tokens_cap: int = 1024
+    default_max_tokens: int = 512
+    max_body_mb: float = 8.0
+    session_idle_timeout_s: float = 1800.0
+    max_open_sessions: int = 10000
+    ephemeral_markers: list[str] = field(default_factory=lambda: ["<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>"])
+    log_level: str = "info"
+
+    def resolved_run_dir(self) -> Path:
+        return Path(self.run_dir or os.path.join("runs", time.strftime("%Y%m%d-%H%M%S")))
+
+    def api_keys(self) -> tuple[str, ...]:
+        key = self.api_key or os.environ.get("OPENCLAW_RL_API_KEY") or os.environ.get("SGLANG_API_KEY") or ""
+        return (key,) if key else ()
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any], source: str) -> "ServeConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"{source}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+        return cls(**data)
+
+
+def load_yaml(path: str) -> dict[str, Any]:
+    import yaml
+
+    with open(path) as f:
+        data = yaml.safe_load(f) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of settings")
+    return {k.replace("-", "_"): v for k, v in data.items()}

@@ -1,0 +1,72 @@
+"""Wire a ServeConfig into a running server: model -> engine -> store -> tracker -> HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from slime_ext.config import ServeConfig
+
+log = logging.getLogger("openclaw_rl")
+
+
+def build_server(cfg: ServeConfig):
+    """Everything ``serve`` needs, constructed and ready (used by the CLI and by tests)."""
+    from transformers import AutoTokenizer
+
+    from slime_ext.api.server import ChatServer, ServerSettings
+    from slime_ext.engines.local import LocalEngine
+    from slime_ext.models import resolve_model
+    from slime_ext.sessions import SessionTracker
+    from slime_ext.store import Store
+
+    model_dir = resolve_model(cfg.model, progress=log.info)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    engine = LocalEngine(
+        model_dir, dtype=cfg.dtype, threads=cfg.threads or None, max_batch_size=cfg.max_batch_size,
+        context_length=cfg.context_length or None,
+    )
+    store = Store(cfg.resolved_run_dir())
+    tracker = SessionTracker(
+        store, idle_timeout_s=cfg.session_idle_timeout_s, max_open_sessions=cfg.max_open_sessions,
+        ephemeral_markers=cfg.ephemeral_markers, submit=store.submit,
+    )
+    settings = ServerSettings(
+        model_name=cfg.served_model_name or cfg.model, api_keys=cfg.api_keys(),
+        max_body_bytes=int(cfg.max_body_mb * 1024 * 1024), max_tokens_cap=cfg.max_tokens_cap,
+        default_max_tokens=cfg.default_max_tokens,
+    )
+    return ChatServer(engine, tokenizer, store, tracker, settings)
+
+
+def run_server(cfg: ServeConfig) -> None:
+    from aiohttp import web
+
+    run_dir = cfg.resolved_run_dir()
+    cfg.run_dir = str(run_dir)
+    server = build_server(cfg)
+    if cfg.host not in ("127.0.0.1", "localhost", "::1") and not server.settings.api_keys:
+        log.warning("binding %s without an API key: anyone who can reach this port can use the model", cfg.host)
+
+    async def main() -> None:
+        runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, cfg.host, cfg.port)
+        await site.start()
+        log.info(
+            "serving %s (policy v%d, context %d) at http://%s:%d/v1; records in %s",
+            server.settings.model_name, server.engine.policy_version, server.engine.context_length,
+            cfg.host, cfg.port, run_dir,
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        log.info("shutting down")
+        await runner.cleanup()
+        await server.engine.close()
+        server.store.close()
+
+    asyncio.run(main())

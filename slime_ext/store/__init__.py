@@ -1,0 +1,261 @@
+"""The durable record of every conversation: SQLite in WAL mode inside a run directory.
+
+Invariants:
+- every write is its own committed transaction; with WAL and ``synchronous=NORMAL`` a committed
+  write survives a killed process (only a power loss can drop the last ones);
+- the server awaits ``insert_turn`` before it sends the last byte of a response, so a client that
+  fully received a reply can find it here after any crash;
+- one writer thread owns the write connection; readers open their own connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from slime_ext.types import Turn
+
+log = logging.getLogger(__name__)
+
+DB_NAME = "records.sqlite"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    user TEXT,
+    source TEXT NOT NULL,          -- 'header' or 'inferred'
+    created_at REAL NOT NULL,
+    last_activity REAL NOT NULL,
+    closed_at REAL,
+    close_reason TEXT
+);
+CREATE TABLE IF NOT EXISTS turns (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL REFERENCES sessions(id),
+    idx INTEGER NOT NULL,
+    main_line INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    request_id TEXT NOT NULL UNIQUE,
+    user TEXT,
+    policy_version INTEGER NOT NULL,
+    policy_version_end INTEGER NOT NULL,
+    finish_reason TEXT NOT NULL,
+    prompt_token_ids TEXT NOT NULL,
+    response_token_ids TEXT NOT NULL,
+    response_logprobs TEXT NOT NULL,
+    response_text TEXT NOT NULL,
+    tool_calls TEXT,
+    messages TEXT NOT NULL,
+    sampling TEXT NOT NULL,
+    timings TEXT NOT NULL,
+    reply_key TEXT NOT NULL,
+    history_keys TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    next_state TEXT,
+    next_state_role TEXT,
+    next_state_at REAL,
+    UNIQUE (session_id, idx)
+);
+CREATE INDEX IF NOT EXISTS turns_reply_key ON turns(reply_key);
+CREATE TABLE IF NOT EXISTS decisions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    turn_idx INTEGER,
+    kind TEXT NOT NULL,            -- 'session', 'turn_type', 'next_state', 'close'
+    value TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS decisions_session ON decisions(session_id, turn_idx);
+"""
+
+
+def _log_failure(fut) -> None:
+    if fut.exception() is not None:
+        log.error("store write failed: %s", fut.exception())
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), timeout=30, check_same_thread=False, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA busy_timeout=30000")
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+class Store:
+    """Sessions, turns, next states and decisions of one run directory."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.run_dir / DB_NAME
+        self._conn = connect(self.path)
+        self._conn.executescript(SCHEMA)
+        self._lock = threading.Lock()
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
+
+    # --------------------------------------------------------------- async API (server)
+    async def run(self, fn, *args) -> Any:
+        """Run a store method on the writer thread without blocking the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
+
+    def submit(self, fn, *args) -> None:
+        """Queue a write behind the ones already queued (FIFO), without waiting for it."""
+        self._writer.submit(fn, *args).add_done_callback(_log_failure)
+
+    def close(self) -> None:
+        self._writer.shutdown(wait=True)
+        with self._lock:
+            self._conn.close()
+
+    # --------------------------------------------------------------- writes
+    def _exec(self, sql: str, params: tuple = ()) -> sqlite3.Cursor:
+        with self._lock:
+            return self._conn.execute(sql, params)
+
+    def create_session(self, session_id: str, user: str | None, source: str, now: float | None = None) -> None:
+        now = now or time.time()
+        self._exec(
+            "INSERT OR IGNORE INTO sessions (id, user, source, created_at, last_activity) VALUES (?,?,?,?,?)",
+            (session_id, user, source, now, now),
+        )
+
+    def insert_turn(self, turn: Turn) -> None:
+        """Commit a turn and bump its session's activity time, in one transaction."""
+        with self._lock:
+            self._conn.execute("BEGIN")
+            try:
+                self._conn.execute(
+                    """INSERT INTO turns (session_id, idx, main_line, reason, request_id, user, policy_version,
+                       policy_version_end, finish_reason, prompt_token_ids, response_token_ids, response_logprobs,
+                       response_text, tool_calls, messages, sampling, timings, reply_key, history_keys, created_at)
+                       VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""",
+                    (
+                        turn.session_id, turn.index, int(turn.main_line), turn.reason, turn.request_id, turn.user,
+                        turn.policy_version, turn.policy_version_end, turn.finish_reason,
+                        json.dumps(turn.prompt_token_ids), json.dumps(turn.response_token_ids),
+                        json.dumps(turn.response_logprobs), turn.response_text,
+                        json.dumps(turn.tool_calls) if turn.tool_calls else None,
+                        json.dumps(turn.messages), json.dumps(turn.sampling), json.dumps(turn.timings),
+                        turn.reply_key, json.dumps(turn.history_keys), turn.created_at or time.time(),
+                    ),
+                )
+                self._conn.execute(
+                    "UPDATE sessions SET last_activity=? WHERE id=?", (turn.created_at or time.time(), turn.session_id)
+                )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    def set_next_state(self, session_id: str, idx: int, text: str, role: str, now: float | None = None) -> None:
+        self._exec(
+            "UPDATE turns SET next_state=?, next_state_role=?, next_state_at=? WHERE session_id=? AND idx=?",
+            (text, role, now or time.time(), session_id, idx),
+        )
+
+    def add_decision(self, session_id: str, turn_idx: int | None, kind: str, value: str, reason: str) -> None:
+        self._exec(
+            "INSERT INTO decisions (session_id, turn_idx, kind, value, reason, at) VALUES (?,?,?,?,?,?)",
+            (session_id, turn_idx, kind, value, reason, time.time()),
+        )
+
+    def close_session(self, session_id: str, reason: str, now: float | None = None) -> None:
+        self._exec(
+            "UPDATE sessions SET closed_at=?, close_reason=? WHERE id=? AND closed_at IS NULL",
+            (now or time.time(), reason, session_id),
+        )
+
+    # --------------------------------------------------------------- reads
+    def find_reply(self, reply_key: str) -> list[dict[str, Any]]:
+        """Turns whose reply has this fingerprint, newest first (to resume sessions after a restart)."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT session_id, idx, main_line, history_keys FROM turns WHERE reply_key=? ORDER BY id DESC LIMIT 8",
+                (reply_key,),
+            ).fetchall()
+        return [dict(r) | {"history_keys": json.loads(r["history_keys"])} for r in rows]
+
+    def session_state(self, session_id: str) -> dict[str, Any] | None:
+        """What the session tracker needs to resume a session: its user, turn count and last main turn."""
+        with self._lock:
+            s = self._conn.execute("SELECT * FROM sessions WHERE id=?", (session_id,)).fetchone()
+            if s is None:
+                return None
+            n = self._conn.execute("SELECT COALESCE(MAX(idx)+1, 0) FROM turns WHERE session_id=?", (session_id,)).fetchone()[0]
+            last = self._conn.execute(
+                "SELECT idx, reply_key, next_state FROM turns WHERE session_id=? AND main_line=1 ORDER BY idx DESC LIMIT 1",
+                (session_id,),
+            ).fetchone()
+        return {"user": s["user"], "n_turns": n, "last_main": dict(last) if last else None, "closed": s["closed_at"] is not None}
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            row = self._conn.execute(
+                """SELECT (SELECT COUNT(*) FROM sessions), (SELECT COUNT(*) FROM turns),
+                          (SELECT COUNT(*) FROM turns WHERE main_line=1),
+                          (SELECT COUNT(*) FROM turns WHERE next_state IS NOT NULL)"""
+            ).fetchone()
+        return {"sessions": row[0], "turns": row[1], "main_line_turns": row[2], "turns_with_next_state": row[3]}
+
+
+def export_records(run_dir: str | Path) -> dict[str, Any]:
+    """The ``records --json`` object. Later issues add keys; existing keys never change meaning."""
+    path = Path(run_dir) / DB_NAME
+    if not path.exists():
+        raise FileNotFoundError(f"no {DB_NAME} in {run_dir}: not a run directory")
+    conn = connect(path)
+    try:
+        sessions = []
+        decisions: dict[tuple[str, int | None], list[dict[str, Any]]] = {}
+        for d in conn.execute("SELECT * FROM decisions ORDER BY id"):
+            decisions.setdefault((d["session_id"], d["turn_idx"]), []).append(
+                {"kind": d["kind"], "value": d["value"], "reason": d["reason"]}
+            )
+        for s in conn.execute("SELECT * FROM sessions ORDER BY created_at, id"):
+            turns = []
+            for t in conn.execute("SELECT * FROM turns WHERE session_id=? ORDER BY idx", (s["id"],)):
+                turns.append(
+                    {
+                        "index": t["idx"],
+                        "main_line": bool(t["main_line"]),
+                        "reason": t["reason"],
+                        "policy_version": t["policy_version"],
+                        "policy_version_end": t["policy_version_end"],
+                        "request_id": t["request_id"],
+                        "finish_reason": t["finish_reason"],
+                        "prompt_token_ids": json.loads(t["prompt_token_ids"]),
+                        "response_token_ids": json.loads(t["response_token_ids"]),
+                        "response_logprobs": json.loads(t["response_logprobs"]),
+                        "response_text": t["response_text"],
+                        "tool_calls": json.loads(t["tool_calls"]) if t["tool_calls"] else None,
+                        "next_state": t["next_state"],
+                        "next_state_role": t["next_state_role"],
+                        "sampling": json.loads(t["sampling"]),
+                        "timings": json.loads(t["timings"]),
+                        "decisions": decisions.get((s["id"], t["idx"]), []),
+                    }
+                )
+            sessions.append(
+                {
+                    "id": s["id"],
+                    "user": s["user"],
+                    "source": s["source"],
+                    "closed": s["closed_at"] is not None,
+                    "close_reason": s["close_reason"],
+                    "decisions": decisions.get((s["id"], None), []),
+                    "turns": turns,
+                }
+            )
+        return {"sessions": sessions}
+    finally:
+        conn.close()

@@ -1,0 +1,69 @@
+"""Records shared by every loop: a captured ``Turn`` and the training ``Sample``.
+
+``Sample`` is Slime's own class when Slime is importable (so hooks hand Slime exactly what it
+expects) and an identical dataclass otherwise, so everything runs on a CPU machine without it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Turn:
+    """One served request: exactly the tokens the engine saw and sampled, and how it was classified."""
+
+    session_id: str
+    index: int  # position within the session, 0-based
+    main_line: bool
+    reason: str  # why it was classified main-line or side
+    request_id: str
+    prompt_token_ids: list[int]
+    response_token_ids: list[int]
+    response_logprobs: list[float]
+    response_text: str
+    policy_version: int  # version that produced the first response token
+    policy_version_end: int  # version that produced the last (differs when a swap landed mid-turn)
+    finish_reason: str
+    messages: list[dict[str, Any]]  # the request's messages, as normalized by the server
+    tool_calls: list[dict[str, Any]] | None = None
+    user: str | None = None
+    sampling: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    reply_key: str = ""  # fingerprint of the reply, to recognise it in a later request's history
+    history_keys: list[str] = field(default_factory=list)  # fingerprints of the prompt messages
+    created_at: float = 0.0
+
+
+try:  # pragma: no cover - only on a machine with Slime
+    from slime.utils.types import Sample  # type: ignore  # noqa: F401
+except Exception:  # Slime is not installed: an identical dataclass with the fields we use
+
+    @dataclass
+    class Sample:  # type: ignore[no-redef]
+        class Status(enum.Enum):
+            PENDING = "pending"
+            COMPLETED = "completed"
+            TRUNCATED = "truncated"
+            ABORTED = "aborted"
+            FAILED = "failed"
+
+        group_index: int | None = None
+        index: int | None = None
+        prompt: Any = ""
+        tokens: list[int] = field(default_factory=list)
+        response: str = ""
+        response_length: int = 0
+        label: str | None = None
+        reward: float | dict[str, Any] | None = None
+        loss_mask: list[int] | None = None
+        weight_versions: list[str] = field(default_factory=list)
+        rollout_log_probs: list[float] | None = None
+        teacher_log_probs: list[float] | None = None
+        status: Status = Status.PENDING
+        metadata: dict[str, Any] = field(default_factory=dict)
+        rollout_id: int | None = None
+        session_id: str | None = None
+        remove_sample: bool = False
