@@ -7,7 +7,8 @@ agree: a non-streaming reply is the parser fed the final text once. Invariants:
   is held back until it is decided;
 - a ``<tool_call>`` block becomes a tool call when it holds valid JSON naming an offered tool,
   otherwise its raw text is content;
-- whitespace-only content next to tool calls is dropped (it is formatting, not an answer).
+- whitespace before a tool call is dropped (it is formatting, not an answer); trailing
+  whitespace is held until the next text or the end shows whether it belongs to the content.
 """
 
 from __future__ import annotations
@@ -114,12 +115,10 @@ class ReplyParser:
         return events
 
     def _content(self, s: str, events: list) -> None:
-        if not s:
-            return
+        """Emit text up to its trailing whitespace; hold that until we know what follows it."""
         s = self._pending_ws + s
-        if not s.strip():
-            self._pending_ws = s
-            return
-        self._pending_ws = ""
-        self.content += s
-        events.append(("content", s))
+        body = s.rstrip()
+        self._pending_ws = s[len(body) :]
+        if body:
+            self.content += body
+            events.append(("content", body))

@@ -16,6 +16,7 @@ from slime_ext.api.errors import ApiError
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 MAX_STOP = 4
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
 
 
 @dataclass
@@ -151,7 +152,8 @@ def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> Any:
         return "auto"
     if value in ("auto", "none", "required"):
         return value
-    if isinstance(value, dict) and isinstance((value.get("function") or {}).get("name"), str):
+    fn = value.get("function") if isinstance(value, dict) else None
+    if isinstance(fn, dict) and isinstance(fn.get("name"), str):
         name = value["function"]["name"]
         if name not in {t["function"]["name"] for t in tools}:
             raise ApiError(f"'tool_choice' names {name!r}, which is not in 'tools'", param="tool_choice")
@@ -159,10 +161,36 @@ def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> Any:
     raise ApiError("'tool_choice' must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}", param="tool_choice")
 
 
+def _lone_surrogate(body: Any) -> str | None:
+    """The path of a string (or key) holding a lone UTF-16 surrogate such as ``"\\ud800"``.
+
+    JSON allows such escapes but they are not text: the tokenizer and the store cannot encode them.
+    """
+    stack: list[tuple[Any, str]] = [(body, "")]
+    while stack:
+        v, path = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return path or "body"
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                stack.append((k, path or "body"))
+                stack.append((x, f"{path}.{k}" if path else str(k)))
+        elif isinstance(v, list):
+            stack.extend((x, f"{path}[{i}]") for i, x in enumerate(v))
+    return None
+
+
 def parse_chat_request(body: Any) -> ChatRequest:
     """Check a decoded JSON body; raise ``ApiError`` naming the first problem found."""
     if not isinstance(body, dict):
         raise ApiError("the request body must be a JSON object")
+    bad = _lone_surrogate(body)
+    if bad is not None:
+        raise ApiError(f"'{bad}' contains a lone UTF-16 surrogate escape (e.g. \\ud800); strings must be valid Unicode",
+                       param=bad)
     messages = _messages(body.get("messages"))
     model = body.get("model")
     if model is not None and not isinstance(model, str):
@@ -199,6 +227,8 @@ def parse_chat_request(body: Any) -> ChatRequest:
     seed = body.get("seed")
     if seed is not None and not _is_int(seed):
         raise ApiError("'seed' must be an integer", param="seed")
+    if seed is not None and not SEED_MIN <= seed <= SEED_MAX:  # what a torch.Generator can be seeded with
+        raise ApiError(f"'seed' must be between {SEED_MIN} and {SEED_MAX}, got {seed}", param="seed")
     user = body.get("user")
     if user is not None and not isinstance(user, str):
         raise ApiError("'user' must be a string", param="user")

@@ -101,7 +101,8 @@ class ChatServer:
         if self.settings.api_keys and request.path != "/healthz":
             given = request.headers.get("Authorization", "")
             token = given[7:].strip() if given[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
-            if not any(hmac.compare_digest(token.encode(), k.encode()) for k in self.settings.api_keys):
+            # aiohttp decodes header bytes that are not UTF-8 to surrogates: compare bytes, never fail on them
+            if not any(hmac.compare_digest(token.encode("utf-8", "surrogateescape"), k.encode()) for k in self.settings.api_keys):
                 raise ApiError("invalid or missing API key (send 'Authorization: Bearer <key>')", status=401,
                                type="authentication_error", code="invalid_api_key")
         return await handler(request)
@@ -148,6 +149,8 @@ class ChatServer:
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as e:
             raise ApiError(f"the request body is not valid JSON: {e}", code="invalid_json") from None
+        except RecursionError:  # e.g. 100000 nested '[': the decoder gives up before finding an error
+            raise ApiError("the request body could not be parsed as JSON: it is nested too deeply", code="invalid_json") from None
         req = parse_chat_request(body)
         try:
             prompt_ids = self.renderer.render(req.messages, req.tools, req.tool_choice)
@@ -166,6 +169,11 @@ class ChatServer:
         )
         user = req.user or _key_identity(request)
         headers = {k.lower(): v for k, v in request.headers.items() if k.lower().startswith("x-")}
+        for k, v in headers.items():  # they reach the store (X-Session-Id): only text it can encode
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ApiError(f"the {k} header is not valid UTF-8", param=k) from None
         assignment = self.tracker.assign(req.messages, headers, user)
         gen = _Generation(self, req, prompt_ids, sampling, assignment, user, received)
         self.in_flight += 1
@@ -347,4 +355,4 @@ def _key_identity(request: web.Request) -> str | None:
         return None
     import hashlib
 
-    return "key:" + hashlib.sha256(auth[7:].strip().encode()).hexdigest()[:12]
+    return "key:" + hashlib.sha256(auth[7:].strip().encode("utf-8", "surrogateescape")).hexdigest()[:12]
