@@ -113,10 +113,10 @@ class ChatServer:
                 await asyncio.sleep(self.settings.session_sweep_s)
                 self.tracker.close_idle()
 
-        app["sweeper"] = asyncio.create_task(sweep())
+        self._sweeper = asyncio.create_task(sweep())
 
     async def _stop_sweeper(self, app: web.Application) -> None:
-        app["sweeper"].cancel()
+        self._sweeper.cancel()
 
     # ------------------------------------------------------------------ small endpoints
     async def models(self, request: web.Request) -> web.Response:
@@ -169,11 +169,10 @@ class ChatServer:
         )
         user = req.user or _key_identity(request)
         headers = {k.lower(): v for k, v in request.headers.items() if k.lower().startswith("x-")}
-        for k, v in headers.items():  # they reach the store (X-Session-Id): only text it can encode
-            try:
-                v.encode("utf-8")
-            except UnicodeEncodeError:
-                raise ApiError(f"the {k} header is not valid UTF-8", param=k) from None
+        try:  # the session id is stored: aiohttp turns bytes that are not UTF-8 into surrogates it cannot encode
+            headers.get("x-session-id", "").encode("utf-8")
+        except UnicodeEncodeError:
+            raise ApiError("the X-Session-Id header is not valid UTF-8", param="x-session-id") from None
         assignment = self.tracker.assign(req.messages, headers, user)
         gen = _Generation(self, req, prompt_ids, sampling, assignment, user, received)
         self.in_flight += 1

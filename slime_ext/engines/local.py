@@ -341,14 +341,21 @@ class LocalEngine:
         names = self.model.state_dict(keep_vars=True)
         if isinstance(update, LoraUpdate):
             pairs = lora_pairs(update.tensors)
-            for module in pairs:
+            for module, (a, b) in pairs.items():
                 if f"{module}.weight" not in names:
                     raise EngineError(f"LoRA module {module!r} is not in the model")
+                w = names[f"{module}.weight"]
+                if w.dim() != 2 or a.dim() != 2 or b.dim() != 2 or (b.shape[0], a.shape[1]) != tuple(w.shape) or a.shape[0] != b.shape[1]:
+                    raise EngineError(f"LoRA module {module!r}: A {tuple(a.shape)} / B {tuple(b.shape)} do not fit "
+                                      f"its weight {tuple(w.shape)}")
             return LoraUpdate({k: (a.to(self.dtype), b.to(self.dtype)) for k, (a, b) in pairs.items()}, update.scaling)
         if isinstance(update, dict):
             unknown = [k for k in update if k not in names]
             if unknown:
                 raise EngineError(f"weights not in the model: {unknown[:5]}")
+            misshaped = [f"{k} {tuple(v.shape)} != {tuple(names[k].shape)}" for k, v in update.items() if v.shape != names[k].shape]
+            if misshaped:  # copy_ would broadcast them silently
+                raise EngineError(f"weights with the wrong shape: {misshaped[:5]}")
             return {k: v.detach().to(self.dtype) for k, v in update.items()}
         raise EngineError(f"cannot swap in a {type(update).__name__}")
 
