@@ -229,10 +229,8 @@ class LocalEngine:
                 self._merge(req, cache)
 
     def _prefill(self, ids: list[int]):
-        from transformers import DynamicCache
-
         torch = self._torch
-        cache = DynamicCache(config=self.model.config)
+        cache = _growing_cache(self.model.config)
         out = None
         for i in range(0, len(ids), self.prefill_chunk):
             chunk = torch.tensor([ids[i : i + self.prefill_chunk]])
@@ -250,8 +248,10 @@ class LocalEngine:
         length = self._mask.shape[1]
         width = max(length, n)
         for old, new in zip(self._cache.layers, cache.layers):
-            old.keys = torch.cat([_left_pad(old.keys, width), _left_pad(new.keys, width)], dim=0)
-            old.values = torch.cat([_left_pad(old.values, width), _left_pad(new.values, width)], dim=0)
+            old.set_kv(
+                torch.cat([_left_pad(old.keys, width), _left_pad(new.keys, width)], dim=0),
+                torch.cat([_left_pad(old.values, width), _left_pad(new.values, width)], dim=0),
+            )
         self._mask = torch.cat([_left_pad_mask(self._mask, width), _left_pad_mask(new_mask, width)], dim=0)
         self._rows.append(req)
 
@@ -314,8 +314,7 @@ class LocalEngine:
         first = int(mask.any(dim=0).nonzero()[0])  # leading columns that are padding for every row
         self._mask = mask[:, first:]
         for layer in self._cache.layers:
-            layer.keys = layer.keys.index_select(0, index)[:, :, first:]
-            layer.values = layer.values.index_select(0, index)[:, :, first:]
+            layer.set_kv(layer.keys.index_select(0, index)[:, :, first:], layer.values.index_select(0, index)[:, :, first:])
 
     # ------------------------------------------------------------- scoring
     def _logits(self, hidden):
@@ -377,6 +376,41 @@ class LocalEngine:
         self._version = version
         self.stats["swaps"] += 1
         log.info("policy version %d installed", version)
+
+
+def _growing_cache(config):
+    """A DynamicCache whose layers append into buffers with spare room (amortized O(1) per token),
+    instead of re-concatenating the whole cache at every decode step."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        def set_kv(self, keys, values) -> None:
+            self._kbuf, self._vbuf, self._len = keys, values, keys.shape[2]
+            self.keys, self.values = keys, values
+            self.is_initialized = True
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+                self.set_kv(key_states[:, :, :0], value_states[:, :, :0])
+            n = self._len + key_states.shape[2]
+            if n > self._kbuf.shape[2] or self._kbuf.shape[:2] != key_states.shape[:2]:
+                room = max(64, n + n // 2)
+                kb = key_states.new_empty(*key_states.shape[:2], room, key_states.shape[3])
+                vb = value_states.new_empty(*value_states.shape[:2], room, value_states.shape[3])
+                kb[:, :, : self._len] = self._kbuf[:, :, : self._len]
+                vb[:, :, : self._len] = self._vbuf[:, :, : self._len]
+                self._kbuf, self._vbuf = kb, vb
+            self._kbuf[:, :, self._len : n] = key_states
+            self._vbuf[:, :, self._len : n] = value_states
+            self._len = n
+            self.keys, self.values = self._kbuf[:, :, :n], self._vbuf[:, :, :n]
+            return self.keys, self.values
+
+    cache = DynamicCache(config=config)
+    cache.layers = [GrowingLayer() for _ in cache.layers]
+    return cache
 
 
 def output_logits(hidden, head_fp32):
