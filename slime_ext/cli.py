@@ -29,6 +29,7 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=["bfloat16", "float32"], help=f"engine dtype [{d.dtype}]")
     p.add_argument("--threads", type=int, help="torch threads for the engine [all cores]")
     p.add_argument("--max-batch-size", type=int, help=f"sequences decoded together [{d.max_batch_size}]")
+    p.add_argument("--prefix-cache-tokens", type=int, help=f"prompt KV kept for reuse across requests, in tokens; 0: off [{d.prefix_cache_tokens}]")
     p.add_argument("--context-length", type=int, help="cap the context below the model's own")
     p.add_argument("--max-tokens-cap", type=int, help=f"most new tokens per response [{d.max_tokens_cap}]")
     p.add_argument("--default-max-tokens", type=int, help=f"new tokens when a request names none [{d.default_max_tokens}]")

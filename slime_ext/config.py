@@ -22,6 +22,7 @@ class ServeConfig:
     dtype: str = "bfloat16"
     threads: int = 0  # 0: all cores
     max_batch_size: int = 32
+    prefix_cache_tokens: int = 32768  # KV of recent prompts kept for reuse; 0 turns it off
     context_length: int = 0  # 0: the model's own
     max_tokens_cap: int = 1024
     default_max_tokens: int = 512

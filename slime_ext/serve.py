@@ -25,7 +25,7 @@ def build_server(cfg: ServeConfig):
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     engine = LocalEngine(
         model_dir, dtype=cfg.dtype, threads=cfg.threads or None, max_batch_size=cfg.max_batch_size,
-        context_length=cfg.context_length or None,
+        context_length=cfg.context_length or None, prefix_cache_tokens=cfg.prefix_cache_tokens,
     )
     store = Store(cfg.resolved_run_dir())
     tracker = SessionTracker(

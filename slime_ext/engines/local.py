@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Sequence
 
 from slime_ext.engines.base import EngineError, SamplingParams, TokenOut
+from slime_ext.engines.prefix_cache import PrefixCache
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,7 @@ class LocalEngine:
         threads: int | None = None,
         max_batch_size: int = 32,
         prefill_chunk: int = 1024,
+        prefix_cache_tokens: int = 32768,
         context_length: int | None = None,
         attn_implementation: str = "sdpa",
     ) -> None:
@@ -95,6 +97,7 @@ class LocalEngine:
         self._context_length = min(context_length, model_ctx) if context_length else model_ctx
         self.max_batch_size = max_batch_size
         self.prefill_chunk = prefill_chunk
+        self.prefix_cache = PrefixCache(prefix_cache_tokens) if prefix_cache_tokens > 0 else None
         self._version = 0
         self._ops: queue.Queue = queue.Queue()
         self._rows: list[_Request] = []
@@ -224,17 +227,25 @@ class LocalEngine:
                 req.emit(exc)
                 continue
             req.position = len(req.prompt_ids)
-            self.stats["prefill_tokens"] += len(req.prompt_ids)
             if self._sample_and_emit([req], logits[None, :]):
                 self._merge(req, cache)
 
     def _prefill(self, ids: list[int]):
         torch = self._torch
         cache = _growing_cache(self.model.config)
+        start = 0
+        hit = self.prefix_cache.lookup(ids) if self.prefix_cache else None
+        if hit:
+            start, kv = hit
+            for layer, (k, v) in zip(cache.layers, kv):
+                layer.set_kv(k, v)
         out = None
-        for i in range(0, len(ids), self.prefill_chunk):
+        for i in range(start, len(ids), self.prefill_chunk):
             chunk = torch.tensor([ids[i : i + self.prefill_chunk]])
             out = self.model.model(input_ids=chunk, cache=cache, use_cache=True)
+        self.stats["prefill_tokens"] += len(ids) - start
+        if self.prefix_cache:
+            self.prefix_cache.add(ids, [(layer.keys, layer.values) for layer in cache.layers])
         return cache, self._logits(out.last_hidden_state[0, -1:])[0]
 
     def _merge(self, req: _Request, cache) -> None:
@@ -373,6 +384,8 @@ class LocalEngine:
                 params[name].copy_(tensor)
             self._lora_base = None  # new base weights: later adapters merge onto these
         self._head = None
+        if self.prefix_cache:
+            self.prefix_cache.clear()  # computed with the old weights
         self._version = version
         self.stats["swaps"] += 1
         log.info("policy version %d installed", version)

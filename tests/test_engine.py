@@ -1,0 +1,137 @@
+"""The local engine on the tiny model in float32, where batched decode must be exact."""
+
+import asyncio
+
+import pytest
+import torch
+
+from slime_ext.engines import EngineError, SamplingParams
+from slime_ext.engines.local import LocalEngine, output_logits
+from slime_ext.engines.prefix_cache import PrefixCache, common_prefix_len
+from slime_ext.models import resolve_model
+
+EOS = 2
+
+
+@pytest.fixture(scope="module")
+def model_dir():
+    return resolve_model("tiny")
+
+
+@pytest.fixture
+async def engine(model_dir):
+    eng = LocalEngine(model_dir, dtype="float32", threads=1, prefix_cache_tokens=0)
+    yield eng
+    await eng.close()
+
+
+async def run(eng, ids, **kw):
+    sp = SamplingParams(**{"max_new_tokens": 12, **kw})
+    return [t async for t in eng.generate(ids, sp)]
+
+
+def prompts(n, length=20):
+    g = torch.Generator().manual_seed(0)
+    return [torch.randint(100, 40000, (length + 7 * i,), generator=g).tolist() for i in range(n)]
+
+
+def reference_logprobs(eng, ids, start):
+    with torch.no_grad():
+        hidden = eng.model.model(input_ids=torch.tensor([ids])).last_hidden_state[0, start - 1 : -1]
+        logp = torch.log_softmax(output_logits(hidden, eng.model.get_output_embeddings().weight.float()), -1)
+    return logp.gather(1, torch.tensor(ids[start:])[:, None])[:, 0]
+
+
+async def test_batched_decode_equals_one_at_a_time_and_teacher_forcing(engine):
+    ps = prompts(5)
+    alone = [await run(engine, p, temperature=1.0, seed=i) for i, p in enumerate(ps)]
+    together = await asyncio.gather(*[run(engine, p, temperature=1.0, seed=i) for i, p in enumerate(ps)])
+    for p, a, b in zip(ps, alone, together):
+        assert [t.token_id for t in a] == [t.token_id for t in b]
+        ref = reference_logprobs(engine, p + [t.token_id for t in a], len(p))
+        assert torch.allclose(torch.tensor([t.logprob for t in b]), ref, atol=1e-4)
+    assert engine.stats["steps"] > 0
+
+
+async def test_score_equals_forward(engine):
+    (p,) = prompts(1)
+    scored = await engine.score(p, 5)
+    assert torch.allclose(torch.tensor(scored), reference_logprobs(engine, p, 5), atol=1e-5)
+    with pytest.raises(EngineError):
+        await engine.score(p, 0)
+
+
+async def test_seed_and_top_p_and_greedy(engine):
+    (p,) = prompts(1)
+    a = await run(engine, p, temperature=0.8, top_p=0.9, seed=42)
+    b = await run(engine, p, temperature=0.8, top_p=0.9, seed=42)
+    assert [t.token_id for t in a] == [t.token_id for t in b]
+    greedy = await run(engine, p, temperature=0.0)
+    nucleus0 = await run(engine, p, temperature=1.0, top_p=0.0, seed=1)  # top_p 0 keeps only the top token
+    assert [t.token_id for t in greedy] == [t.token_id for t in nucleus0]
+
+
+async def test_stop_tokens_and_max_tokens(engine):
+    (p,) = prompts(1)
+    first = (await run(engine, p, temperature=0.0, max_new_tokens=1))[0].token_id
+    out = await run(engine, p, temperature=0.0, stop_token_ids=(first,))
+    assert [t.token_id for t in out] == [first]
+    assert len(await run(engine, p, max_new_tokens=7)) == 7
+
+
+async def test_closing_the_stream_cancels_and_frees_the_row(engine):
+    (p,) = prompts(1)
+    gen = engine.generate(p, SamplingParams(max_new_tokens=10_000))
+    async for _ in gen:
+        break
+    await gen.aclose()
+    for _ in range(100):
+        if engine.active_requests == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert engine.active_requests == 0
+    assert len(await run(engine, p, max_new_tokens=3)) == 3  # still serving
+
+
+async def test_prompt_too_long_is_refused(model_dir):
+    eng = LocalEngine(model_dir, dtype="float32", threads=1, context_length=32)
+    try:
+        with pytest.raises(EngineError, match="context"):
+            await run(eng, list(range(100, 140)))
+    finally:
+        await eng.close()
+
+
+async def test_prefix_cache_reuses_kv_exactly_and_is_dropped_on_swap(model_dir):
+    base = prompts(1, length=600)[0]
+    longer = base + prompts(1, length=30)[0]
+    cold = LocalEngine(model_dir, dtype="float32", threads=1, prefix_cache_tokens=0)
+    warm = LocalEngine(model_dir, dtype="float32", threads=1, prefix_cache_tokens=10_000)
+    try:
+        await run(warm, base, max_new_tokens=2)
+        before = warm.stats["prefill_tokens"]
+        a = await run(warm, longer, temperature=1.0, seed=3)
+        assert warm.prefix_cache.hits == 1 and warm.stats["prefill_tokens"] - before == len(longer) - len(base)
+        b = await run(cold, longer, temperature=1.0, seed=3)
+        assert [t.token_id for t in a] == [t.token_id for t in b]
+        assert torch.allclose(torch.tensor([t.logprob for t in a]), torch.tensor([t.logprob for t in b]), atol=1e-4)
+        await warm.swap({}, 1)
+        assert warm.prefix_cache.tokens == 0
+    finally:
+        await cold.close()
+        await warm.close()
+
+
+def test_prefix_cache_budget_and_lookup():
+    import numpy as np
+
+    assert common_prefix_len(np.array([1, 2, 3]), np.array([1, 2, 4, 5])) == 2
+    pc = PrefixCache(budget_tokens=1000, min_tokens=4)
+    kv = lambda n: [(torch.zeros(1, 1, n, 2), torch.zeros(1, 1, n, 2))]  # noqa: E731
+    pc.add(list(range(600)), kv(600))
+    pc.add(list(range(1, 501)), kv(500))  # over budget: the first entry is evicted
+    assert pc.tokens == 500
+    assert pc.lookup(list(range(600))) is None
+    n, layers = pc.lookup(list(range(1, 501)))
+    assert n == 499 and layers[0][0].shape[2] == 499  # at least one token is left to compute
+    assert pc.lookup([1, 2, 3, 9, 9]) is None  # below min_tokens
