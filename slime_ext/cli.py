@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import sys
 from typing import Any
 
@@ -26,7 +27,8 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", help="where records go [runs/<timestamp>]; reuse one to resume")
     p.add_argument("--api-key", help="require this bearer key (also $OPENCLAW_RL_API_KEY, $SGLANG_API_KEY)")
     p.add_argument("--served-model-name", help="model id reported by /v1/models [the --model value]")
-    p.add_argument("--dtype", choices=["bfloat16", "float32"], help=f"engine dtype [{d.dtype}]")
+    p.add_argument("--dtype", choices=["auto", "bfloat16", "float32"],
+                   help=f"engine dtype; auto: bfloat16 where the CPU has native bf16, else float32 [{d.dtype}]")
     p.add_argument("--threads", type=int, help="torch threads for the engine [all cores]")
     p.add_argument("--max-batch-size", type=int, help=f"sequences decoded together [{d.max_batch_size}]")
     p.add_argument("--prefix-cache-tokens", type=int, help=f"prompt KV kept for reuse across requests, in tokens; 0: off [{d.prefix_cache_tokens}]")
@@ -51,6 +53,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     cfg = serve_config(args)
     logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    # Idle OpenMP threads must not spin: the event loop and other processes share these cores.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from slime_ext.serve import run_server
 
     run_server(cfg)

@@ -19,7 +19,7 @@ class ServeConfig:
     run_dir: str = ""  # default: runs/<timestamp>
     api_key: str = ""  # also OPENCLAW_RL_API_KEY or SGLANG_API_KEY
     served_model_name: str = ""  # the id /v1/models reports; default: the --model value
-    dtype: str = "bfloat16"
+    dtype: str = "auto"  # bfloat16 on CPUs with native bf16, else float32
     threads: int = 0  # 0: all cores
     max_batch_size: int = 32
     prefix_cache_tokens: int = 32768  # KV of recent prompts kept for reuse; 0 turns it off

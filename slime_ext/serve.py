@@ -55,8 +55,9 @@ def run_server(cfg: ServeConfig) -> None:
         site = web.TCPSite(runner, cfg.host, cfg.port)
         await site.start()
         log.info(
-            "serving %s (policy v%d, context %d) at http://%s:%d/v1; records in %s",
-            server.settings.model_name, server.engine.policy_version, server.engine.context_length,
+            "serving %s (%s, %d threads, policy v%d, context %d) at http://%s:%d/v1; records in %s",
+            server.settings.model_name, str(server.engine.dtype).removeprefix("torch."), server.engine.threads,
+            server.engine.policy_version, server.engine.context_length,
             cfg.host, cfg.port, run_dir,
         )
         stop = asyncio.Event()

@@ -73,7 +73,7 @@ class LocalEngine:
         self,
         model_dir: str | Path,
         *,
-        dtype: str = "bfloat16",
+        dtype: str = "auto",
         threads: int | None = None,
         max_batch_size: int = 32,
         prefill_chunk: int = 1024,
@@ -87,7 +87,7 @@ class LocalEngine:
         self._torch = torch
         self.threads = threads or os.cpu_count() or 1
         torch.set_num_threads(self.threads)
-        self.dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[dtype]
+        self.dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[resolve_dtype(dtype)]
         self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=self.dtype, attn_implementation=attn_implementation
         )
         self.model.eval()
@@ -389,6 +389,22 @@ class LocalEngine:
         self._version = version
         self.stats["swaps"] += 1
         log.info("policy version %d installed", version)
+
+
+def resolve_dtype(dtype: str) -> str:
+    """``auto``: bfloat16 where the CPU computes it natively (AVX-512 BF16 or AMX), else float32.
+
+    Without native support bf16 is emulated: slower than fp32 for batched decode on such CPUs,
+    and less faithful (recorded log-probs drift ~3e-2 from a full forward pass instead of ~1e-6).
+    """
+    if dtype != "auto":
+        return dtype
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return "float32"
+    return "bfloat16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
 
 
 def _growing_cache(config):
