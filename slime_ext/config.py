@@ -40,7 +40,7 @@ class ServeConfig:
         return (key,) if key else ()
 
     @classmethod
-    def from_mapping(cls, data: dict[str, Any], source: str) -> "ServeConfig":
+    def from_mapping(cls, data: dict[str, Any], source: str) -> ServeConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:

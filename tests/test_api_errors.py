@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from conftest import ServerProcess
+from slime_ext.launch import ServerProcess
 
 API_KEY = "secret"
 CTX = 64

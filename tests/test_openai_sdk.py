@@ -1,6 +1,5 @@
 """The official `openai` SDK against a real server: streaming and not, with and without tools."""
 
-import json
 
 import pytest
 from openai import OpenAI

@@ -1,0 +1,54 @@
+"""Run every benchmark in sequence with its default settings (``make bench``).
+
+Each benchmark runs in its own process (so one's memory does not count against the next), prints
+its Markdown tables and writes ``bench/results/<name>.json``.
+
+  python bench/run_all.py                      # all, default sizes (a few minutes on 2 cores)
+  python bench/run_all.py --quick              # smaller sizes: a smoke run
+  python bench/run_all.py --only proxy_overhead
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+BENCHMARKS = {
+    "proxy_overhead": [],
+    "generation_throughput": [],
+}
+
+QUICK = {
+    "proxy_overhead": ["--requests", "32", "--rounds", "2"],
+    "generation_throughput": ["--concurrency", "1,8", "--max-tokens", "32", "--waves", "1"],
+}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description="Run the benchmarks under bench/ in sequence.")
+    p.add_argument("--only", action="append", choices=list(BENCHMARKS), help="run only this one (repeatable)")
+    p.add_argument("--quick", action="store_true", help="smaller sizes, for a smoke run")
+    args = p.parse_args(argv)
+    names = args.only or list(BENCHMARKS)
+    failed = []
+    for name in names:
+        cmd = [sys.executable, str(HERE / f"{name}.py"), *BENCHMARKS[name], *(QUICK[name] if args.quick else [])]
+        print(f"\n# {name}\n\n$ {' '.join(cmd[1:])}\n", flush=True)
+        t0 = time.perf_counter()
+        rc = subprocess.call(cmd)
+        print(f"\n({name}: exit {rc}, {time.perf_counter() - t0:.0f} s)", flush=True)
+        if rc != 0:
+            failed.append(name)
+    if failed:
+        print(f"\nfailed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

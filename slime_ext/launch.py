@@ -1,0 +1,108 @@
+"""Run `openclaw-rl serve` as a subprocess and wait until it answers: for tests, benchmarks and
+experiment harnesses that drive the server the way a user does."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """`python -m slime_ext.cli serve` on a free port; ``url`` is the /v1 base URL."""
+
+    def __init__(self, run_dir: str | Path, model: str = "tiny", extra: list[str] | None = None,
+                 env: dict[str, str] | None = None, port: int | None = None, log_path: str | Path | None = None):
+        self.run_dir = Path(run_dir)
+        self.model = model
+        self.extra = list(extra or [])
+        self.env = {**os.environ, **(env or {})}
+        self.port = port or free_port()
+        self.log_path = Path(log_path) if log_path else self.run_dir.parent / f"serve-{self.port}.log"
+        self.proc: subprocess.Popen | None = None
+        self.startup_s = float("nan")
+        self._log = None
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return self.base + "/v1"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "not started"
+        return self.proc.pid
+
+    def start(self, timeout: float = 300.0) -> ServerProcess:
+        cmd = [sys.executable, "-m", "slime_ext.cli", "serve", "--model", self.model, "--run-dir", str(self.run_dir),
+               "--port", str(self.port), *self.extra]
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")
+        t0 = time.perf_counter()
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                self.health()
+                self.startup_s = time.perf_counter() - t0
+                return self
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"server did not come up in {timeout} s:\n{self.log_tail()}")
+
+    def health(self) -> dict[str, Any]:
+        with urllib.request.urlopen(self.base + "/healthz", timeout=5) as r:
+            return json.loads(r.read())
+
+    def log_tail(self, n: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def kill9(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        if self._log:
+            self._log.close()
+            self._log = None
+
+    def records(self) -> dict[str, Any]:
+        out = subprocess.run([sys.executable, "-m", "slime_ext.cli", "records", "--run-dir", str(self.run_dir), "--json"],
+                             capture_output=True, text=True, check=True, env=self.env)
+        return json.loads(out.stdout)
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
