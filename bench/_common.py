@@ -20,7 +20,7 @@ RESULTS = ROOT / "bench" / "results"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from slime_ext.launch import ServerProcess, free_port  # noqa: E402,F401
+from slime_ext.launch import ServerProcess, free_port, sse_chunks  # noqa: E402,F401
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -198,14 +198,9 @@ async def http_chat_stream(session, base: str, body: dict[str, Any]) -> dict[str
         t_headers = time.perf_counter()
         if resp.status != 200:
             raise RuntimeError(f"HTTP {resp.status}: {await resp.text()}")
-        async for raw in resp.content:
-            line = raw.strip()
-            if not line.startswith(b"data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == b"[DONE]":
+        async for chunk in sse_chunks(resp):
+            if chunk is None:
                 break
-            chunk = json.loads(payload)
             if "error" in chunk:
                 raise RuntimeError(f"stream error: {chunk['error']}")
             if chunk.get("usage"):

@@ -106,3 +106,17 @@ class ServerProcess:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+async def sse_chunks(resp) -> Any:
+    """Yield the JSON chunks of an OpenAI-style SSE response (an aiohttp response), then ``None``
+    for ``data: [DONE]``; lines that are not ``data:`` lines are skipped."""
+    async for raw in resp.content:
+        line = raw.strip()
+        if not line.startswith(b"data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            yield None
+            return
+        yield json.loads(payload)

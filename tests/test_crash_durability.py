@@ -10,11 +10,12 @@ reply served before the crash must land in the same session (the tracker resumes
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import random
 
 import aiohttp
+
+from slime_ext.launch import sse_chunks
 
 N_CONVERSATIONS = 20
 TURNS = 4
@@ -47,15 +48,10 @@ async def chat(http: aiohttp.ClientSession, url: str, messages: list[dict], *, s
             return r
         r.session_header = resp.headers.get("X-Session-Id")
         ids = set()
-        async for raw in resp.content:
-            line = raw.decode().strip()
-            if not line.startswith("data: "):
-                continue
-            payload = line[len("data: "):]
-            if payload == "[DONE]":
+        async for chunk in sse_chunks(resp):
+            if chunk is None:
                 r.done = r.finish_reason is not None
                 break
-            chunk = json.loads(payload)
             assert "error" not in chunk, chunk
             ids.add(chunk["id"])
             for choice in chunk["choices"]:

@@ -9,7 +9,6 @@ actually computing (checked against an independent reference forward pass).
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import time
 
@@ -22,6 +21,7 @@ from transformers import AutoModelForCausalLM
 from slime_ext.config import ServeConfig
 from slime_ext.engines.base import EngineError
 from slime_ext.engines.local import LoraUpdate, output_logits
+from slime_ext.launch import sse_chunks
 from slime_ext.serve import build_server
 from slime_ext.store import export_records
 
@@ -85,15 +85,10 @@ async def stream_chat(http, url: str, messages: list[dict], max_tokens: int, st:
     body = {"model": "tiny", "messages": messages, "max_tokens": max_tokens, "stream": True, **extra}
     async with http.post(url + "/v1/chat/completions", json=body) as resp:
         assert resp.status == 200, await resp.text()
-        async for raw in resp.content:
-            line = raw.decode().strip()
-            if not line.startswith("data: "):
-                continue
-            payload = line[len("data: "):]
-            if payload == "[DONE]":
+        async for chunk in sse_chunks(resp):
+            if chunk is None:
                 st.done = True
                 continue
-            chunk = json.loads(payload)
             if "error" in chunk:
                 st.errors.append(chunk["error"])
                 continue

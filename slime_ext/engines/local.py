@@ -263,7 +263,7 @@ class LocalEngine:
                 torch.cat([_left_pad(old.keys, width), _left_pad(new.keys, width)], dim=0),
                 torch.cat([_left_pad(old.values, width), _left_pad(new.values, width)], dim=0),
             )
-        self._mask = torch.cat([_left_pad_mask(self._mask, width), _left_pad_mask(new_mask, width)], dim=0)
+        self._mask = torch.cat([_left_pad(self._mask, width, 1), _left_pad(new_mask, width, 1)], dim=0)
         self._rows.append(req)
 
     def _decode_step(self) -> None:
@@ -459,19 +459,16 @@ def _set_exception(fut: asyncio.Future, exc: BaseException) -> None:
         fut.set_exception(exc)
 
 
-def _left_pad(t, width: int):
-    pad = width - t.shape[2]
+def _left_pad(t, width: int, dim: int = 2):
+    """Zero-pad ``t`` on the left of ``dim`` to ``width`` (KV: [B, H, L, D]; mask: dim 1)."""
+    import torch
+
+    pad = width - t.shape[dim]
     if pad == 0:
         return t
-    zeros = t.new_zeros(t.shape[0], t.shape[1], pad, t.shape[3])
-    return __import__("torch").cat([zeros, t], dim=2)
-
-
-def _left_pad_mask(mask, width: int):
-    pad = width - mask.shape[1]
-    if pad == 0:
-        return mask
-    return __import__("torch").cat([mask.new_zeros(mask.shape[0], pad), mask], dim=1)
+    shape = list(t.shape)
+    shape[dim] = pad
+    return torch.cat([t.new_zeros(shape), t], dim=dim)
 
 
 def _sample(torch, logp, sampling: SamplingParams, generator) -> int:
