@@ -224,3 +224,19 @@ async def wait_idle(session, base: str, timeout: float = 60.0) -> None:
             if (await r.json()).get("requests_in_flight", 0) == 0:
                 return
         await asyncio.sleep(0.05)
+
+
+def load_note(result: dict[str, Any]) -> str:
+    env = result["env"]
+    return (f"Server started in {result['server_startup_s']:.1f} s. Load average at start "
+            f"{tuple(round(x, 2) for x in env['loadavg'])}, at end {tuple(round(x, 2) for x in env['loadavg_end'])} "
+            f"on {env['cpu_count']} CPUs (other processes share this machine: figures are noisy).")
+
+
+def main_of(name: str, parse_args, run, report, argv=None) -> int:
+    """A benchmark's entry point: run it, print its tables, keep its JSON."""
+    args = parse_args(argv)
+    result = asyncio.run(run(args))
+    print(report(result))
+    print(f"\nJSON: {write_json(name, result, args.out)}")
+    return 0

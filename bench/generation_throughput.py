@@ -16,7 +16,6 @@ Markdown table and writes ``bench/results/generation_throughput.json``. Nothing 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from pathlib import Path
@@ -30,6 +29,8 @@ from _common import (  # noqa: E402
     closed_loop,
     env_info,
     http_chat_stream,
+    load_note,
+    main_of,
     md_table,
     parse_int_list,
     proc_cpu_s,
@@ -37,7 +38,6 @@ from _common import (  # noqa: E402
     reset_peak,
     summary,
     wait_idle,
-    write_json,
 )
 from prompts import story_prompts  # noqa: E402
 
@@ -135,22 +135,9 @@ def report(result: dict) -> str:
     lines.append(md_table(["conc.", "requests", "completion tokens (min-max per req)", "stopped before max_tokens",
                            "wall s", "aggregate tok/s", "per-request tok/s p50", "decode tok/s p50", "TTFT p50 ms",
                            "TTFT p99 ms", "latency p50 ms", "server CPU ms/token", "server peak RSS MiB"], rows))
-    env = result["env"]
-    lines += ["", f"Server started in {result['server_startup_s']:.1f} s with RSS {result['server_rss_mib_after_start']:.0f} MiB. "
-              f"Load average at start {tuple(round(x, 2) for x in env['loadavg'])}, at end "
-              f"{tuple(round(x, 2) for x in env['loadavg_end'])} on {env['cpu_count']} CPUs "
-              "(other processes share this machine: figures are noisy)."]
+    lines += ["", f"Server RSS after start {result['server_rss_mib_after_start']:.0f} MiB. " + load_note(result)]
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    result = asyncio.run(run(args))
-    print(report(result))
-    path = write_json("generation_throughput", result, args.out)
-    print(f"\nJSON: {path}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main_of("generation_throughput", parse_args, run, report))

@@ -18,7 +18,6 @@ Both sides use the same torch thread count (``--threads``). Prints a Markdown ta
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 import time
@@ -34,6 +33,8 @@ from _common import (  # noqa: E402
     env_info,
     http_chat,
     http_chat_stream,
+    load_note,
+    main_of,
     md_table,
     parse_int_list,
     proc_cpu_s,
@@ -41,7 +42,6 @@ from _common import (  # noqa: E402
     reset_peak,
     summary,
     wait_idle,
-    write_json,
 )
 from prompts import chat_prompts  # noqa: E402
 
@@ -243,21 +243,9 @@ def report(result: dict) -> str:
                      lv["completion_tokens_mean"], len(lv["token_count_mismatches"])])
     lines.append(md_table(["conc.", "server RSS before (MiB)", "server peak RSS (MiB)",
                            "engine-only process peak RSS (MiB)", "tokens/req", "token-count mismatches"], rows))
-    env = result["env"]
-    lines += ["", f"Server started in {result['server_startup_s']:.1f} s. Load average at start {tuple(round(x, 2) for x in env['loadavg'])}, "
-              f"at end {tuple(round(x, 2) for x in env['loadavg_end'])} on {env['cpu_count']} CPUs "
-              "(other processes share this machine: figures are noisy)."]
+    lines += ["", load_note(result)]
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    result = asyncio.run(run(args))
-    print(report(result))
-    path = write_json("proxy_overhead", result, args.out)
-    print(f"\nJSON: {path}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main_of("proxy_overhead", parse_args, run, report))
