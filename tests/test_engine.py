@@ -135,3 +135,33 @@ def test_prefix_cache_budget_and_lookup():
     n, layers = pc.lookup(list(range(1, 501)))
     assert n == 499 and layers[0][0].shape[2] == 499  # at least one token is left to compute
     assert pc.lookup([1, 2, 3, 9, 9]) is None  # below min_tokens
+
+
+async def test_swap_in_a_peft_adapter_directory(model_dir, tmp_path):
+    """An adapter saved by peft (the embedded trainer's format) is merged and matches peft's own forward."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"]))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    peft_model.save_pretrained(tmp_path / "adapter")
+    ids = prompts(1)[0]
+    with torch.no_grad():
+        logits = peft_model(input_ids=torch.tensor([ids])).logits[0, 4:-1]
+    expected = torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(ids[5:])[:, None])[:, 0]
+
+    eng = LocalEngine(model_dir, dtype="float32", threads=1)
+    try:
+        before = torch.tensor(await eng.score(ids, 5))
+        await eng.swap(tmp_path / "adapter", 3)
+        after = torch.tensor(await eng.score(ids, 5))
+        assert eng.policy_version == 3
+        assert (after - before).abs().max() > 1e-3  # the adapter changed the policy
+        assert torch.allclose(after, expected, atol=1e-4)
+    finally:
+        await eng.close()
