@@ -284,19 +284,23 @@ class LocalEngine:
         self._keep_rows(keep)
 
     def _sample_and_emit(self, rows: list[_Request], logits) -> list[bool]:
-        """Sample one token per row, emit it, and return which rows continue."""
+        """Sample one token per row, emit it, and return which rows continue.
+
+        The step's outputs reach each event loop in one wake-up, not one per row."""
         torch = self._torch
         temps = torch.tensor([r.sampling.temperature if r.sampling.temperature > 0 else 1.0 for r in rows])
         logp = torch.log_softmax(logits / temps[:, None], dim=-1)
         keep = []
+        out: dict[asyncio.AbstractEventLoop, list[tuple[_Request, Any]]] = {}
         version = self._version
         for i, req in enumerate(rows):
             if req.cancelled:
-                req.emit(_END)
+                out.setdefault(req.loop, []).append((req, _END))
                 keep.append(False)
                 continue
             token = _sample(torch, logp[i], req.sampling, req.generator)
-            req.emit(TokenOut(token, float(logp[i, token]), version))
+            items = out.setdefault(req.loop, [])
+            items.append((req, TokenOut(token, float(logp[i, token]), version)))
             req.generated += 1
             req.last_token = token
             req.position += 1
@@ -307,8 +311,14 @@ class LocalEngine:
                 or req.position >= self._context_length
             )
             if done:
-                req.emit(_END)
+                items.append((req, _END))
             keep.append(not done)
+        for loop, items in out.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, items)
+            except RuntimeError:  # that loop is closed: its requests are gone
+                for req, _ in items:
+                    req.cancelled = True
         return keep
 
     def _keep_rows(self, keep: list[bool]) -> None:
@@ -447,6 +457,11 @@ def output_logits(hidden, head_fp32):
     would make recorded log-probs disagree with any re-computation. Used for generation, scoring
     and by tests as the reference forward pass."""
     return hidden.float() @ head_fp32.T
+
+
+def _deliver(items: list[tuple[_Request, Any]]) -> None:
+    for req, item in items:
+        req.out.put_nowait(item)
 
 
 def _set_result(fut: asyncio.Future, value: Any) -> None:
