@@ -138,8 +138,8 @@ class ChatServer:
         )
 
     async def prometheus(self, request: web.Request) -> web.Response:
-        return web.Response(text=self.metrics.render(), content_type="text/plain", charset="utf-8",
-                            headers={"X-Content-Type-Hint": "version=0.0.4"})
+        return web.Response(body=self.metrics.render().encode(),
+                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     # ------------------------------------------------------------------ chat completions
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
@@ -278,6 +278,7 @@ class _Generation:
             async for _ in self.events():
                 pass
         except EngineError as e:
+            self.s.tracker.demote(self.a)  # nothing was recorded: the previous main-line turn stays the latest
             raise ApiError(f"the engine failed: {e}", status=500, type="server_error", code="engine_error") from None
         await self.record(self.finish_reason)
         return web.json_response(
@@ -311,6 +312,7 @@ class _Generation:
             await self._abandon()
             raise
         except EngineError as e:
+            self.s.tracker.demote(self.a)
             err = ApiError(f"the engine failed: {e}", status=500, type="server_error", code="engine_error")
             await resp.write(b"data: " + json.dumps(err.body()).encode() + b"\n\ndata: [DONE]\n\n")
             return resp

@@ -250,7 +250,7 @@ class SessionTracker:
             self.close(a.session_id, "client sent X-Session-Done")
 
     def demote(self, a: Assignment) -> None:
-        """A main-line turn was recorded as side after all (its client left): restore the line."""
+        """A main-line turn did not become one (its client left, or the engine failed): restore the line."""
         state = self._sessions.get(a.session_id)
         if state is not None and a.main_line and state.last_main_idx == a.turn_index:
             state.last_main_idx = a.prev_main_idx
