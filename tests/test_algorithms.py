@@ -1,0 +1,123 @@
+"""Binary RL math against hand-computed values."""
+
+import math
+
+import pytest
+import torch
+
+from slime_ext.algorithms import (
+    PolicyLossConfig,
+    RunningBaseline,
+    masked_sample_mean,
+    policy_loss,
+    staleness_filter,
+    token_advantages,
+)
+
+
+def leaf(values):
+    return torch.tensor(values, dtype=torch.float64, requires_grad=True)
+
+
+def test_advantage_is_the_verdict_on_every_token_minus_baseline():
+    assert token_advantages(1, 3).tolist() == [1.0, 1.0, 1.0]
+    assert token_advantages(-1, 2, baseline=0.5).tolist() == [-1.5, -1.5]
+    assert token_advantages(0, 0).numel() == 0
+
+
+def test_running_baseline_uses_only_earlier_verdicts():
+    b = RunningBaseline(decay=0.5)
+    assert b.value == 0.0  # read before the first update: no information yet
+    assert b.update(1) == 1.0
+    assert b.update(-1) == 0.0  # 0.5 * 1 + 0.5 * -1
+    assert b.update(1) == 0.5
+
+
+def test_masked_sample_mean_weighs_samples_equally():
+    v = torch.tensor([[1.0, 3.0, 100.0], [10.0, 0.0, 0.0]])
+    m = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    assert masked_sample_mean(v, m).item() == pytest.approx((2.0 + 10.0) / 2)
+    empty = masked_sample_mean(v.requires_grad_(), torch.zeros(2, 3))
+    assert empty.item() == 0.0 and empty.requires_grad
+
+
+def test_ratio_one_gives_the_plain_policy_gradient():
+    logp = leaf([[-1.0, -2.0, -0.5], [-0.3, -0.7, 0.0]])
+    adv = torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, 0.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    loss, m = policy_loss(logp, logp.detach().clone(), adv, mask)
+    loss.backward()
+    # d loss / d logp = -A / (tokens in the sample) / (samples)
+    expected = torch.tensor([[-1 / 3 / 2] * 3, [1 / 2 / 2, 1 / 2 / 2, 0.0]], dtype=torch.float64)
+    assert torch.allclose(logp.grad, expected)
+    assert loss.item() == pytest.approx(-(1.0 + -1.0) / 2)
+    assert m["clip_fraction"].item() == 0.0 and m["ratio_mean"].item() == pytest.approx(1.0)
+    assert m["kl_rollout"].item() == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize(
+    "ratio, adv, clipped",
+    [
+        (1.5, 1.0, True),    # above 1 + eps_high with A > 0: clipped, no gradient
+        (1.2, 1.0, False),   # inside [0.8, 1.28]
+        (0.5, 1.0, False),   # below 1 - eps_low with A > 0: min picks the unclipped term
+        (0.5, -1.0, True),   # below 1 - eps_low with A < 0: clipped
+        (1.5, -1.0, False),  # above with A < 0: unclipped, the penalty keeps growing
+        (0.79, -2.0, True),
+        (1.29, 2.0, True),
+    ],
+)
+def test_clipping_engages_beyond_eps_on_the_right_side(ratio, adv, clipped):
+    old = torch.tensor([[-1.0]], dtype=torch.float64)
+    logp = leaf([[-1.0 + math.log(ratio)]])
+    loss, m = policy_loss(logp, old, torch.tensor([[adv]], dtype=torch.float64), torch.ones(1, 1),
+                          PolicyLossConfig(eps_low=0.2, eps_high=0.28))
+    loss.backward()
+    if clipped:
+        bound = 1.28 if ratio > 1 else 0.8
+        assert logp.grad.item() == 0.0 and loss.item() == pytest.approx(-bound * adv)
+        assert m["clip_fraction"].item() == 1.0
+    else:
+        assert logp.grad.item() == pytest.approx(-adv * ratio) and loss.item() == pytest.approx(-ratio * adv)
+        assert m["clip_fraction"].item() == 0.0
+
+
+def test_ratio_is_taken_against_the_recorded_rollout_logprobs():
+    behaviour = torch.tensor([[-2.0, -2.0]], dtype=torch.float64)
+    logp = leaf([[-1.9, -2.1]])  # the policy moved since sampling
+    _, m = policy_loss(logp, behaviour, torch.ones(1, 2, dtype=torch.float64), torch.ones(1, 2))
+    assert m["ratio_max"].item() == pytest.approx(math.exp(0.1))
+    assert m["ratio_min"].item() == pytest.approx(math.exp(-0.1))
+    assert m["kl_rollout"].item() > 0
+
+
+def test_tis_weights_are_truncated():
+    behaviour = torch.tensor([[-3.0, -1.0]], dtype=torch.float64)
+    proximal = torch.tensor([[-1.0, -1.5]], dtype=torch.float64)  # weights e^2 = 7.39 and e^-0.5 = 0.61
+    logp = leaf([[-1.0, -1.5]])
+    adv = torch.ones(1, 2, dtype=torch.float64)
+    loss, m = policy_loss(logp, behaviour, adv, torch.ones(1, 2), PolicyLossConfig(tis_cap=2.0),
+                          proximal_logprobs=proximal)
+    loss.backward()
+    w = [2.0, math.exp(-0.5)]  # the first is truncated at the cap
+    assert m["tis_weight_mean"].item() == pytest.approx(sum(w) / 2)
+    assert logp.grad[0].tolist() == pytest.approx([-w[0] / 2, -w[1] / 2])
+
+
+def test_kl_and_entropy_terms():
+    logp = leaf([[-1.0, -2.0]])
+    ref = torch.tensor([[-1.0, -1.0]], dtype=torch.float64)
+    ent = torch.tensor([[0.5, 1.5]], dtype=torch.float64)
+    zero_adv = torch.zeros(1, 2, dtype=torch.float64)
+    loss, m = policy_loss(logp, logp.detach(), zero_adv, torch.ones(1, 2),
+                          PolicyLossConfig(kl_coef=0.1, entropy_coef=0.01), ref_logprobs=ref, entropy=ent)
+    kl = [0.0, math.exp(1.0) - 1.0 - 1.0]
+    assert m["kl_to_ref"].item() == pytest.approx(sum(kl) / 2)
+    assert loss.item() == pytest.approx(0.1 * sum(kl) / 2 - 0.01 * 1.0)
+
+
+def test_staleness_cap_drops_old_samples_with_a_reason():
+    reasons = staleness_filter([5, 4, 2, 1, 6], current_version=5, max_staleness=3)
+    assert reasons[:3] == [None, None, None]
+    assert "4 versions ago" in reasons[3] and "cap 3" in reasons[3]
+    assert "newer" in reasons[4]
