@@ -1,0 +1,94 @@
+"""One optimizer step of Binary RL on a causal LM (the embedded backend's counterpart of Slime's
+Megatron step). Pure compute: no store, no threads, no settings read from the environment.
+
+Invariants:
+- trained tokens are exactly the recorded response token ids (never re-tokenized text);
+- the PPO ratio is taken against ``Sample.rollout_log_probs``, the log-probs recorded when the
+  tokens were sampled, so a sample from an older policy version is corrected;
+- log-probs are computed from hidden states sliced to the response positions, with the output
+  layer in fp32 (as the engine does when it records them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from slime_ext.algorithms import PolicyLossConfig, policy_loss, token_advantages
+from slime_ext.types import Sample
+
+
+@dataclass
+class Batch:
+    tokens: torch.Tensor  # [B, L] right-padded prompt + response
+    attention_mask: torch.Tensor  # [B, L]
+    response_start: list[int]  # index of each sample's first response token
+    response_mask: torch.Tensor  # [B, T] over response positions (T = longest response)
+    rollout_logprobs: torch.Tensor  # [B, T]
+    advantages: torch.Tensor  # [B, T]
+
+
+def collate(samples: list[Sample], pad_id: int = 0, baseline: float = 0.0) -> Batch:
+    """Right-pad samples into tensors; advantages are the reward on every response token."""
+    lengths = [len(s.tokens) for s in samples]
+    width = max(lengths)
+    t_max = max(s.response_length for s in samples)
+    n = len(samples)
+    tokens = torch.full((n, width), pad_id, dtype=torch.long)
+    attn = torch.zeros(n, width, dtype=torch.long)
+    resp_mask = torch.zeros(n, t_max)
+    old = torch.zeros(n, t_max)
+    adv = torch.zeros(n, t_max)
+    starts = []
+    for i, s in enumerate(samples):
+        if s.rollout_log_probs is None or len(s.rollout_log_probs) != s.response_length:
+            raise ValueError(f"sample {i}: rollout_log_probs must have one value per response token")
+        tokens[i, : lengths[i]] = torch.tensor(s.tokens)
+        attn[i, : lengths[i]] = 1
+        r = s.response_length
+        starts.append(lengths[i] - r)
+        mask = torch.tensor(s.loss_mask if s.loss_mask is not None else [1] * r, dtype=torch.float32)
+        resp_mask[i, :r] = mask
+        old[i, :r] = torch.tensor(s.rollout_log_probs, dtype=torch.float32)
+        adv[i, :r] = token_advantages(float(s.reward or 0.0), r, baseline)
+    return Batch(tokens, attn, starts, resp_mask, old, adv)
+
+
+def response_logprobs(model, batch: Batch) -> torch.Tensor:
+    """Log-probs ``[B, T]`` of each sample's response tokens under ``model`` (0 past the end)."""
+    hidden = model.get_decoder()(input_ids=batch.tokens, attention_mask=batch.attention_mask).last_hidden_state
+    head = model.get_output_embeddings()
+    t_max = batch.response_mask.shape[1]
+    out = hidden.new_zeros(len(batch.response_start), t_max, dtype=torch.float32)
+    for i, start in enumerate(batch.response_start):
+        r = int(batch.attention_mask[i].sum()) - start
+        h = hidden[i, start - 1 : start - 1 + r]  # position p predicts token p + 1
+        logits = (h.float() @ head.weight.float().T) if head.bias is None else head(h).float()
+        logp = torch.log_softmax(logits, dim=-1)
+        out[i, :r] = logp.gather(1, batch.tokens[i, start : start + r, None])[:, 0]
+    return out
+
+
+def train_step(model, optimizer, samples: list[Sample], config: PolicyLossConfig | None = None,
+               *, micro_batch_size: int = 4, max_grad_norm: float = 1.0, pad_id: int = 0,
+               baseline: float = 0.0) -> dict[str, Any]:
+    """One optimizer step over ``samples`` with gradient accumulation over micro-batches."""
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    chunks = [samples[i : i + micro_batch_size] for i in range(0, len(samples), micro_batch_size)]
+    totals: dict[str, float] = {}
+    for chunk in chunks:
+        batch = collate(chunk, pad_id, baseline)
+        logp = response_logprobs(model, batch)
+        loss, metrics = policy_loss(logp, batch.rollout_logprobs, batch.advantages, batch.response_mask,
+                                    config or PolicyLossConfig())
+        (loss * len(chunk) / len(samples)).backward()
+        for k, v in {"loss": loss.detach(), **metrics}.items():
+            totals[k] = totals.get(k, 0.0) + float(v) * len(chunk) / len(samples)
+    params = [p for p in model.parameters() if p.requires_grad]
+    totals["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
+    optimizer.step()
+    model.eval()
+    return totals
