@@ -37,6 +37,14 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--default-max-tokens", type=int, help=f"new tokens when a request names none [{d.default_max_tokens}]")
     p.add_argument("--max-body-mb", type=float, help=f"largest request body [{d.max_body_mb}]")
     p.add_argument("--session-idle-timeout-s", type=float, help=f"close sessions idle this long [{d.session_idle_timeout_s:g}]")
+    p.add_argument("--judge", choices=["heuristic", "openai", "off"],
+                   help=f"how next states are judged: a lexical classifier, an OpenAI-compatible model, or not at all [{d.judge}]")
+    p.add_argument("--judge-url", help="OpenAI-compatible endpoint of the judge model (with --judge openai)")
+    p.add_argument("--judge-model", help="model name to ask the judge endpoint for")
+    p.add_argument("--judge-key", help="API key of the judge endpoint (also $OPENCLAW_RL_JUDGE_KEY)")
+    p.add_argument("--judge-votes", type=int, help="votes per turn, majority wins [3 for model judges, 1 heuristic]")
+    p.add_argument("--judge-timeout-s", type=float, help=f"a vote slower than this abstains [{d.judge_timeout_s:g}]")
+    p.add_argument("--judge-concurrency", type=int, help=f"judge calls in flight at once [{d.judge_concurrency}]")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help=f"[{d.log_level}]")
 
 
@@ -86,6 +94,8 @@ def cmd_records(args: argparse.Namespace) -> int:
             print(f"      why: {t['reason']}")
             if t["next_state"] is not None:
                 print(f"      next state ({t['next_state_role']}): {t['next_state'][:70]!r}")
+            if t["verdict"] is not None:
+                print(f"      verdict {t['verdict']:+d} from votes {t['votes']}")
     return 0
 
 

@@ -31,6 +31,14 @@ class ServeConfig:
     max_open_sessions: int = 10000
     ephemeral_markers: list[str] = field(default_factory=lambda: ["<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>"])
     log_level: str = "info"
+    # judging (issue 3): "heuristic", "openai" (any OpenAI-compatible endpoint) or "off"
+    judge: str = "heuristic"
+    judge_url: str = ""
+    judge_model: str = ""
+    judge_key: str = ""  # also OPENCLAW_RL_JUDGE_KEY; never logged
+    judge_votes: int = 0  # 0: the backend's default (3 for model judges, 1 for the heuristic)
+    judge_timeout_s: float = 60.0
+    judge_concurrency: int = 4
 
     def resolved_run_dir(self) -> Path:
         return Path(self.run_dir or os.path.join("runs", time.strftime("%Y%m%d-%H%M%S")))

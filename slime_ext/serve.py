@@ -37,7 +37,30 @@ def build_server(cfg: ServeConfig):
         max_body_bytes=int(cfg.max_body_mb * 1024 * 1024), max_tokens_cap=cfg.max_tokens_cap,
         default_max_tokens=cfg.default_max_tokens,
     )
-    return ChatServer(engine, tokenizer, store, tracker, settings)
+    return ChatServer(engine, tokenizer, store, tracker, settings, judge_worker=build_judge_worker(cfg, store))
+
+
+def build_judge_worker(cfg: ServeConfig, store):
+    """The judge loop for ``cfg.judge``, or None when judging is off."""
+    import os
+
+    from slime_ext.judge import HeuristicBackend, Judge, OpenAIJudgeBackend
+    from slime_ext.judge.worker import JudgeWorker
+
+    if cfg.judge == "off":
+        return None
+    if cfg.judge == "heuristic":
+        backend = HeuristicBackend()
+    elif cfg.judge == "openai":
+        if not cfg.judge_url or not cfg.judge_model:
+            raise ValueError("--judge openai needs --judge-url and --judge-model")
+        key = cfg.judge_key or os.environ.get("OPENCLAW_RL_JUDGE_KEY") or None
+        backend = OpenAIJudgeBackend(cfg.judge_url, cfg.judge_model, key)
+    else:
+        raise ValueError(f"--judge {cfg.judge!r}: expected heuristic, openai or off")
+    judge = Judge(backend, votes=cfg.judge_votes or None, timeout_s=cfg.judge_timeout_s,
+                  max_concurrency=cfg.judge_concurrency)
+    return JudgeWorker(judge, store)
 
 
 def run_server(cfg: ServeConfig) -> None:

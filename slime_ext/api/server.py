@@ -46,13 +46,15 @@ class ServerSettings:
 class ChatServer:
     """Holds the engine, tokenizer, store and session tracker, and serves the HTTP API."""
 
-    def __init__(self, engine, tokenizer, store, tracker: SessionTracker, settings: ServerSettings) -> None:
+    def __init__(self, engine, tokenizer, store, tracker: SessionTracker, settings: ServerSettings,
+                 judge_worker=None) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.renderer = PromptRenderer(tokenizer)
         self.store = store
         self.tracker = tracker
         self.settings = settings
+        self.judge_worker = judge_worker
         self.stop_ids = tuple(sorted(_stop_token_ids(tokenizer)))
         self.in_flight = 0
         self.metrics = Metrics()
@@ -114,9 +116,12 @@ class ChatServer:
                 self.tracker.close_idle()
 
         self._sweeper = asyncio.create_task(sweep())
+        self._judging = asyncio.create_task(self.judge_worker.run()) if self.judge_worker else None
 
     async def _stop_sweeper(self, app: web.Application) -> None:
         self._sweeper.cancel()
+        if self._judging:
+            self._judging.cancel()
 
     # ------------------------------------------------------------------ small endpoints
     async def models(self, request: web.Request) -> web.Response:
@@ -174,6 +179,8 @@ class ChatServer:
         except UnicodeEncodeError:
             raise ApiError("the X-Session-Id header is not valid UTF-8", param="x-session-id") from None
         assignment = self.tracker.assign(req.messages, headers, user)
+        if assignment.next_state_for is not None and self.judge_worker:
+            self.judge_worker.notify()
         gen = _Generation(self, req, prompt_ids, sampling, assignment, user, received)
         self.in_flight += 1
         self.metrics.inc("openclaw_requests_total", help="Chat requests accepted", stream=str(req.stream).lower())

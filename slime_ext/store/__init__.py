@@ -74,7 +74,25 @@ CREATE TABLE IF NOT EXISTS decisions (
     at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS decisions_session ON decisions(session_id, turn_idx);
+CREATE TABLE IF NOT EXISTS votes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    turn_idx INTEGER NOT NULL,
+    vote_idx INTEGER NOT NULL,
+    value INTEGER,                 -- -1, 0, 1, or NULL for an abstention
+    text TEXT NOT NULL,            -- the judge's raw answer, or why the vote abstained
+    at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS votes_turn ON votes(session_id, turn_idx);
 """
+
+# Columns added after the first schema; added to older run directories when they are opened.
+TURN_COLUMNS = {
+    "verdict": "INTEGER",            # majority of the votes: -1, 0, 1
+    "judged_at": "REAL",
+    "trained_in_version": "INTEGER",  # the policy version whose training step used this turn
+    "dropped": "TEXT",               # why this turn will not be trained on
+}
 
 
 def _log_failure(fut) -> None:
@@ -91,6 +109,15 @@ def connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def migrate(conn: sqlite3.Connection) -> None:
+    """Create missing tables and add columns that older run directories lack."""
+    conn.executescript(SCHEMA)
+    have = {r[1] for r in conn.execute("PRAGMA table_info(turns)")}
+    for name, kind in TURN_COLUMNS.items():
+        if name not in have:
+            conn.execute(f"ALTER TABLE turns ADD COLUMN {name} {kind}")
+
+
 class Store:
     """Sessions, turns, next states and decisions of one run directory."""
 
@@ -99,7 +126,7 @@ class Store:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / DB_NAME
         self._conn = connect(self.path)
-        self._conn.executescript(SCHEMA)
+        migrate(self._conn)
         self._lock = threading.Lock()
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
 
@@ -175,7 +202,36 @@ class Store:
             (now or time.time(), reason, session_id),
         )
 
+    def record_verdict(self, session_id: str, idx: int, verdict: int, votes: list[tuple[int | None, str]]) -> None:
+        """Store every vote and the verdict of one turn, in one transaction."""
+        now = time.time()
+        with self._lock:
+            self._conn.execute("BEGIN")
+            try:
+                self._conn.executemany(
+                    "INSERT INTO votes (session_id, turn_idx, vote_idx, value, text, at) VALUES (?,?,?,?,?,?)",
+                    [(session_id, idx, i, v, text, now) for i, (v, text) in enumerate(votes)],
+                )
+                self._conn.execute("UPDATE turns SET verdict=?, judged_at=? WHERE session_id=? AND idx=?",
+                                   (verdict, now, session_id, idx))
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
     # --------------------------------------------------------------- reads
+    def pending_judgement(self, limit: int = 16) -> list[dict[str, Any]]:
+        """Main-line turns that have a next state but no verdict yet, oldest first."""
+        with self._lock:
+            rows = self._conn.execute(
+                """SELECT session_id, idx, messages, response_text, tool_calls, next_state, next_state_role FROM turns
+                   WHERE main_line=1 AND next_state IS NOT NULL AND verdict IS NULL AND dropped IS NULL
+                   ORDER BY next_state_at, id LIMIT ?""",
+                (limit,),
+            ).fetchall()
+        return [dict(r) | {"messages": json.loads(r["messages"]),
+                           "tool_calls": json.loads(r["tool_calls"]) if r["tool_calls"] else None} for r in rows]
+
     def find_reply(self, reply_key: str) -> list[dict[str, Any]]:
         """Turns whose reply has this fingerprint, newest first (to resume sessions after a restart)."""
         with self._lock:
@@ -203,9 +259,12 @@ class Store:
             row = self._conn.execute(
                 """SELECT (SELECT COUNT(*) FROM sessions), (SELECT COUNT(*) FROM turns),
                           (SELECT COUNT(*) FROM turns WHERE main_line=1),
-                          (SELECT COUNT(*) FROM turns WHERE next_state IS NOT NULL)"""
+                          (SELECT COUNT(*) FROM turns WHERE next_state IS NOT NULL),
+                          (SELECT COUNT(*) FROM turns WHERE verdict IS NOT NULL),
+                          (SELECT AVG(verdict) FROM turns WHERE verdict IS NOT NULL)"""
             ).fetchone()
-        return {"sessions": row[0], "turns": row[1], "main_line_turns": row[2], "turns_with_next_state": row[3]}
+        return {"sessions": row[0], "turns": row[1], "main_line_turns": row[2], "turns_with_next_state": row[3],
+                "judged_turns": row[4], "mean_verdict": row[5]}
 
 
 def export_records(run_dir: str | Path) -> dict[str, Any]:
@@ -215,8 +274,12 @@ def export_records(run_dir: str | Path) -> dict[str, Any]:
         raise FileNotFoundError(f"no {DB_NAME} in {run_dir}: not a run directory")
     conn = connect(path)
     try:
+        migrate(conn)
         sessions = []
         decisions: dict[tuple[str, int | None], list[dict[str, Any]]] = {}
+        votes: dict[tuple[str, int], list[int | None]] = {}
+        for v in conn.execute("SELECT session_id, turn_idx, value FROM votes ORDER BY session_id, turn_idx, vote_idx"):
+            votes.setdefault((v["session_id"], v["turn_idx"]), []).append(v["value"])
         for d in conn.execute("SELECT * FROM decisions ORDER BY id"):
             decisions.setdefault((d["session_id"], d["turn_idx"]), []).append(
                 {"kind": d["kind"], "value": d["value"], "reason": d["reason"]}
@@ -243,6 +306,10 @@ def export_records(run_dir: str | Path) -> dict[str, Any]:
                         "sampling": json.loads(t["sampling"]),
                         "timings": json.loads(t["timings"]),
                         "decisions": decisions.get((s["id"], t["idx"]), []),
+                        "votes": votes.get((s["id"], t["idx"]), []),
+                        "verdict": t["verdict"],
+                        "trained_in_version": t["trained_in_version"],
+                        "dropped": t["dropped"],
                     }
                 )
             sessions.append(

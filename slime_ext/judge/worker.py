@@ -1,0 +1,60 @@
+"""The judge loop of a running server: find turns that got a next state, judge them, store it.
+
+It runs as a task on the server's event loop and never blocks serving: store reads and writes
+go through the store's writer thread, and the ``Judge`` bounds concurrency and times out votes.
+A restart picks up where it stopped, because "not judged yet" is a property of the store
+(``verdict IS NULL``), not of memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from slime_ext.judge.backends import Judge, JudgeInput
+
+log = logging.getLogger(__name__)
+
+
+class JudgeWorker:
+    def __init__(self, judge: Judge, store, *, poll_s: float = 0.5, batch: int = 16) -> None:
+        self.judge = judge
+        self.store = store
+        self.poll_s = poll_s
+        self.batch = batch
+        self.judged = 0
+        self._wake = asyncio.Event()
+
+    def notify(self) -> None:
+        """A next state was recorded: look now instead of at the next poll."""
+        self._wake.set()
+
+    async def run_once(self) -> int:
+        """Judge every pending turn once; returns how many were judged."""
+        pending = await self.store.run(self.store.pending_judgement, self.batch)
+        if not pending:
+            return 0
+
+        async def one(t):
+            verdict = await self.judge.judge(JudgeInput(t["messages"], t["response_text"], t["tool_calls"],
+                                                        t["next_state"], t["next_state_role"]))
+            votes = list(zip(verdict.votes, verdict.texts))
+            await self.store.run(self.store.record_verdict, t["session_id"], t["idx"], verdict.score, votes)
+            log.info("judged turn %d of %s: %+d (votes %s)", t["idx"], t["session_id"], verdict.score, verdict.votes)
+
+        await asyncio.gather(*(one(t) for t in pending))
+        self.judged += len(pending)
+        return len(pending)
+
+    async def run(self) -> None:
+        while True:
+            try:
+                if await self.run_once() == self.batch:
+                    continue  # more may be waiting
+            except Exception:  # never let judging take the server down
+                log.exception("judge loop step failed")
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.poll_s)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()

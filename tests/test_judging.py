@@ -1,0 +1,65 @@
+"""The judge loop of a running server: next states become stored votes and verdicts."""
+
+import json
+import sqlite3
+import time
+import urllib.request
+
+from slime_ext.store import SCHEMA, Store, export_records
+
+
+def chat(srv, messages, seed=1):
+    body = json.dumps({"model": "m", "messages": messages, "max_tokens": 4, "seed": seed}).encode()
+    req = urllib.request.Request(srv.url + "/chat/completions", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())["choices"][0]["message"]["content"]
+
+
+def conversation(srv, first, feedback, seed=1):
+    u1 = {"role": "user", "content": first}
+    reply = chat(srv, [u1], seed)
+    chat(srv, [u1, {"role": "assistant", "content": reply}, {"role": "user", "content": feedback}])
+    return reply
+
+
+def wait_for_verdicts(srv, n, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        turns = [t for s in srv.records()["sessions"] for t in s["turns"] if t["verdict"] is not None]
+        if len(turns) >= n:
+            return turns
+        time.sleep(0.3)
+    raise AssertionError(f"fewer than {n} verdicts after {timeout} s")
+
+
+def test_heuristic_judge_scores_next_states_and_stores_votes(tiny_server):
+    good = conversation(tiny_server, "What is 2+2?", "Thanks, that's perfect!")
+    bad = conversation(tiny_server, "Name a colour.", "No, that's wrong. Try again.", seed=2)
+    assert good != bad
+    judged = {t["response_text"]: t for t in wait_for_verdicts(tiny_server, 2)}
+    assert judged[good]["verdict"] == 1 and judged[good]["votes"] == [1]
+    assert judged[bad]["verdict"] == -1 and judged[bad]["votes"] == [-1]
+    for s in tiny_server.records()["sessions"]:
+        last = s["turns"][-1]
+        assert last["verdict"] is None and last["votes"] == []  # no next state yet: not judged
+        assert last["trained_in_version"] is None and last["dropped"] is None
+    health = tiny_server.health()
+    assert health["judged_turns"] == 2 and health["mean_verdict"] == 0
+
+
+def test_judge_off_leaves_turns_unjudged(make_server):
+    srv = make_server(extra=["--judge", "off"])
+    conversation(srv, "hello", "thanks!")
+    time.sleep(1.5)
+    assert all(t["verdict"] is None for s in srv.records()["sessions"] for t in s["turns"])
+
+
+def test_old_run_directories_gain_the_new_columns(tmp_path):
+    old_schema = SCHEMA.split("CREATE TABLE IF NOT EXISTS votes")[0]
+    conn = sqlite3.connect(tmp_path / "records.sqlite")
+    conn.executescript(old_schema)
+    conn.close()
+    assert export_records(tmp_path) == {"sessions": []}
+    Store(tmp_path).close()
+    cols = {r[1] for r in sqlite3.connect(tmp_path / "records.sqlite").execute("PRAGMA table_info(turns)")}
+    assert {"verdict", "judged_at", "trained_in_version", "dropped"} <= cols
