@@ -219,7 +219,29 @@ class Store:
                 self._conn.execute("ROLLBACK")
                 raise
 
+    def mark_trained(self, keys: list[tuple[str, int]], version: int) -> None:
+        """Record that these turns were trained on in the step that produced ``version``."""
+        with self._lock:
+            self._conn.executemany("UPDATE turns SET trained_in_version=? WHERE session_id=? AND idx=?",
+                                   [(version, sid, idx) for sid, idx in keys])
+
+    def mark_dropped(self, session_id: str, idx: int, reason: str) -> None:
+        self._exec("UPDATE turns SET dropped=? WHERE session_id=? AND idx=?", (reason, session_id, idx))
+
     # --------------------------------------------------------------- reads
+    def trainable_turns(self, limit: int) -> list[dict[str, Any]]:
+        """Judged turns not yet trained on nor dropped, in the order they were judged."""
+        with self._lock:
+            rows = self._conn.execute(
+                """SELECT session_id, idx, user, policy_version, policy_version_end, verdict, prompt_token_ids,
+                          response_token_ids, response_logprobs FROM turns
+                   WHERE verdict IS NOT NULL AND trained_in_version IS NULL AND dropped IS NULL
+                   ORDER BY judged_at, id LIMIT ?""",
+                (limit,),
+            ).fetchall()
+        return [dict(r) | {k: json.loads(r[k]) for k in ("prompt_token_ids", "response_token_ids", "response_logprobs")}
+                for r in rows]
+
     def pending_judgement(self, limit: int = 16) -> list[dict[str, Any]]:
         """Main-line turns that have a next state but no verdict yet, oldest first."""
         with self._lock:

@@ -1,0 +1,139 @@
+"""The embedded Binary RL trainer: judged turns from the store -> optimizer step -> checkpoint.
+
+One ``step()``: take up to ``batch_size`` judged, untrained turns; drop (with a stored reason)
+those with a zero verdict (no signal) and those older than ``max_staleness`` versions; train on
+the rest with ``train_step``; write the new version's checkpoint (adapter or weights, optimizer
+state, the turns it used); then mark those turns ``trained_in_version``. A crash between the
+checkpoint and the marking is repaired by ``resume()``, which re-marks the turns listed in the
+latest checkpoint, so no turn is trained twice or lost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from slime_ext.algorithms import PolicyLossConfig, staleness_filter
+from slime_ext.trainers.step import train_step
+from slime_ext.types import Sample
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainerConfig:
+    batch_size: int = 4
+    lr: float = 1e-4
+    lora_rank: int = 16  # 0: full weights
+    lora_alpha: int = 32
+    lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
+                                                             "gate_proj", "up_proj", "down_proj"])
+    max_staleness: int = 4
+    micro_batch_size: int = 4
+    loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
+
+
+def turn_to_sample(row: dict[str, Any]) -> Sample:
+    """A judged turn as a Slime ``Sample``: exactly the recorded tokens and log-probs."""
+    response = row["response_token_ids"]
+    return Sample(
+        tokens=row["prompt_token_ids"] + response,
+        response_length=len(response),
+        loss_mask=[1] * len(response),
+        rollout_log_probs=row["response_logprobs"],
+        reward=float(row["verdict"]),
+        session_id=row["session_id"],
+        metadata={"session_id": row["session_id"], "turn": row["idx"], "user": row.get("user"),
+                  "policy_version": row["policy_version"], "policy_version_end": row["policy_version_end"]},
+    )
+
+
+def wrap_lora(model, config: TrainerConfig):
+    """The model to train: a peft LoRA wrapper, or the model itself for full-weight training."""
+    if config.lora_rank <= 0:
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(model, LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha,
+                                            target_modules=config.lora_targets, lora_dropout=0.0))
+
+
+class BinaryRLTrainer:
+    def __init__(self, model, store, run_dir: str | Path, config: TrainerConfig, version: int = 0,
+                 pad_id: int = 0) -> None:
+        self.model = model
+        self.store = store
+        self.config = config
+        self.version = version
+        self.pad_id = pad_id
+        self.checkpoints = Path(run_dir) / "checkpoints"
+        self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.lr)
+
+    def step(self) -> dict[str, Any] | None:
+        """Train once if ``batch_size`` usable turns are waiting; returns the step's metrics."""
+        rows = self.store.trainable_turns(self.config.batch_size * 4)
+        usable = []
+        stale = staleness_filter([r["policy_version"] for r in rows], self.version, self.config.max_staleness)
+        for row, why in zip(rows, stale):
+            if why is None and row["verdict"] == 0:
+                why = "verdict 0 (ambiguous): no training signal"
+            if why is not None:
+                self.store.mark_dropped(row["session_id"], row["idx"], why)
+            elif len(usable) < self.config.batch_size:
+                usable.append(row)
+        if len(usable) < self.config.batch_size:
+            return None
+        started = time.perf_counter()
+        samples = [turn_to_sample(r) for r in usable]
+        metrics = train_step(self.model, self.optimizer, samples, self.config.loss,
+                             micro_batch_size=self.config.micro_batch_size, pad_id=self.pad_id)
+        self.version += 1
+        keys = [(r["session_id"], r["idx"]) for r in usable]
+        path = self.save(keys)
+        self.store.mark_trained(keys, self.version)
+        metrics.update(version=self.version, step_s=time.perf_counter() - started, checkpoint=str(path),
+                       staleness_mean=sum(self.version - 1 - r["policy_version"] for r in usable) / len(usable))
+        log.info("trained version %d on %d turns in %.1f s", self.version, len(usable), metrics["step_s"])
+        return metrics
+
+    def save(self, keys: list[tuple[str, int]]) -> Path:
+        """Write ``checkpoints/v<version>`` atomically (temp dir, then rename)."""
+        final = self.checkpoints / f"v{self.version:06d}"
+        tmp = self.checkpoints / f".v{self.version:06d}.tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(tmp)  # a peft adapter, or full weights
+        torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+        (tmp / "trainer_state.json").write_text(json.dumps({"version": self.version, "turns": keys}))
+        tmp.rename(final)
+        return final
+
+    def load_weights(self, path: Path) -> None:
+        from safetensors.torch import load_file
+
+        if (path / "adapter_model.safetensors").exists():
+            from peft import set_peft_model_state_dict
+
+            set_peft_model_state_dict(self.model, load_file(str(path / "adapter_model.safetensors")))
+        else:
+            state: dict[str, Any] = {}
+            for f in sorted(path.glob("*.safetensors")):
+                state.update(load_file(str(f)))
+            self.model.load_state_dict(state, strict=False)
+
+    def resume(self) -> int:
+        """Re-mark the turns of the latest checkpoint and return its version (0 when none)."""
+        done = sorted(self.checkpoints.glob("v*")) if self.checkpoints.exists() else []
+        if not done:
+            return 0
+        state = json.loads((done[-1] / "trainer_state.json").read_text())
+        self.load_weights(done[-1])
+        self.store.mark_trained([tuple(k) for k in state["turns"]], state["version"])
+        self.optimizer.load_state_dict(torch.load(done[-1] / "optimizer.pt"))
+        self.version = state["version"]
+        return self.version
