@@ -45,6 +45,12 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--judge-votes", type=int, help="votes per turn, majority wins [3 for model judges, 1 heuristic]")
     p.add_argument("--judge-timeout-s", type=float, help=f"a vote slower than this abstains [{d.judge_timeout_s:g}]")
     p.add_argument("--judge-concurrency", type=int, help=f"judge calls in flight at once [{d.judge_concurrency}]")
+    p.add_argument("--method", choices=["none", "binary"],
+                   help=f"learn from judged turns: none (record only) or binary (Binary RL) [{d.method}]")
+    p.add_argument("--batch-size", type=int, help=f"judged turns per training step [{d.batch_size}]")
+    p.add_argument("--lora-rank", type=int, help=f"LoRA rank; 0 trains full weights [{d.lora_rank}]")
+    p.add_argument("--lr", type=float, help=f"learning rate [{d.lr:g}]")
+    p.add_argument("--max-staleness", type=int, help=f"drop turns sampled more than this many versions ago [{d.max_staleness}]")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help=f"[{d.log_level}]")
 
 

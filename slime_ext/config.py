@@ -39,6 +39,12 @@ class ServeConfig:
     judge_votes: int = 0  # 0: the backend's default (3 for model judges, 1 for the heuristic)
     judge_timeout_s: float = 60.0
     judge_concurrency: int = 4
+    # learning (issue 3): "none" (serve and record only) or "binary" (Binary RL in a trainer process)
+    method: str = "none"
+    batch_size: int = 4
+    lora_rank: int = 16  # 0: full weights
+    lr: float = 1e-4
+    max_staleness: int = 4
 
     def resolved_run_dir(self) -> Path:
         return Path(self.run_dir or os.path.join("runs", time.strftime("%Y%m%d-%H%M%S")))

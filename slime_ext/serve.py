@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 
 from slime_ext.config import ServeConfig
@@ -23,8 +24,9 @@ def build_server(cfg: ServeConfig):
 
     model_dir = resolve_model(cfg.model, progress=log.info)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    threads = cfg.threads or (max(1, (os.cpu_count() or 1) - 1) if cfg.method != "none" else None)
     engine = LocalEngine(
-        model_dir, dtype=cfg.dtype, threads=cfg.threads or None, max_batch_size=cfg.max_batch_size,
+        model_dir, dtype=cfg.dtype, threads=threads, max_batch_size=cfg.max_batch_size,
         context_length=cfg.context_length or None, prefix_cache_tokens=cfg.prefix_cache_tokens,
     )
     store = Store(cfg.resolved_run_dir())
@@ -72,7 +74,22 @@ def run_server(cfg: ServeConfig) -> None:
     if cfg.host not in ("127.0.0.1", "localhost", "::1") and not server.settings.api_keys:
         log.warning("binding %s without an API key: anyone who can reach this port can use the model", cfg.host)
 
+    from slime_ext.trainers.process import CheckpointWatcher, start_trainer_process
+
     async def main() -> None:
+        watcher = CheckpointWatcher(server.engine, run_dir)
+        await watcher.check()  # after a restart, serve the latest trained version from the start
+        trainer = None
+        if cfg.method == "binary":
+            from slime_ext.trainers.loop import TrainerConfig
+
+            trainer = start_trainer_process(cfg.model, str(run_dir), TrainerConfig(
+                batch_size=cfg.batch_size, lr=cfg.lr, lora_rank=cfg.lora_rank, max_staleness=cfg.max_staleness))
+            log.info("training with Binary RL in process %d (batch %d, %s)", trainer.pid, cfg.batch_size,
+                     f"LoRA rank {cfg.lora_rank}" if cfg.lora_rank else "full weights")
+        elif cfg.method != "none":
+            raise ValueError(f"--method {cfg.method!r}: expected none or binary")
+        watching = asyncio.create_task(watcher.run())
         runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, cfg.host, cfg.port)
@@ -89,6 +106,10 @@ def run_server(cfg: ServeConfig) -> None:
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
         log.info("shutting down")
+        watching.cancel()
+        if trainer is not None:
+            trainer.terminate()
+            trainer.join(10)
         await runner.cleanup()
         await server.engine.close()
         server.store.close()

@@ -1,0 +1,47 @@
+"""Serve with --method binary on tiny: judged feedback trains a new version that gets served."""
+
+import json
+import time
+import urllib.request
+
+
+def chat(srv, messages, seed, full=False):
+    body = json.dumps({"model": "m", "messages": messages, "max_tokens": 6, "seed": seed}).encode()
+    req = urllib.request.Request(srv.url + "/chat/completions", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        data = json.loads(r.read())
+    return data if full else data["choices"][0]["message"]["content"]
+
+
+def wait(pred, timeout=180):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError("timed out")
+
+
+def test_feedback_is_judged_trained_and_swapped_in_and_a_restart_resumes(make_server, tmp_path):
+    run_dir = tmp_path / "learn"
+    args = ["--method", "binary", "--batch-size", "2", "--lora-rank", "4", "--lr", "1e-3"]
+    srv = make_server(extra=args, run_dir=run_dir)
+    for i, feedback in enumerate(["Thanks, perfect!", "No, that's wrong.", "Great, thank you!", "Try again, too long."]):
+        u = {"role": "user", "content": f"question {i}"}
+        reply = chat(srv, [u], seed=i)
+        chat(srv, [u, {"role": "assistant", "content": reply}, {"role": "user", "content": feedback}], seed=100 + i)
+    wait(lambda: srv.health()["policy_version"] >= 2)
+    turns = [t for s in srv.records()["sessions"] for t in s["turns"]]
+    trained = [t for t in turns if t["trained_in_version"] is not None]
+    assert len(trained) == 4 and {t["verdict"] for t in trained} == {1, -1}
+    assert sorted({t["trained_in_version"] for t in trained}) == [1, 2]
+    # a request now is served by the trained policy and records it
+    served = chat(srv, [{"role": "user", "content": "after training"}], seed=7, full=True)
+    (turn,) = [t for s in srv.records()["sessions"] for t in s["turns"] if t["request_id"] == served["id"]]
+    assert turn["policy_version"] == 2
+    srv.kill9()
+    again = make_server(extra=args, run_dir=run_dir)
+    assert again.health()["policy_version"] == 2  # the latest checkpoint is served after the restart
+    after = [t for s in again.records()["sessions"] for t in s["turns"]]
+    assert sum(t["trained_in_version"] is not None for t in after) == 4  # nothing retrained or lost
