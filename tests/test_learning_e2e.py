@@ -36,6 +36,8 @@ def test_feedback_is_judged_trained_and_swapped_in_and_a_restart_resumes(make_se
     trained = [t for t in turns if t["trained_in_version"] is not None]
     assert len(trained) == 4 and {t["verdict"] for t in trained} == {1, -1}
     assert sorted({t["trained_in_version"] for t in trained}) == [1, 2]
+    health = srv.health()
+    assert health["trained_turns"] == 4 and health["judged_turns"] == 4 and health["dropped_turns"] == 0
     # a request now is served by the trained policy and records it
     served = chat(srv, [{"role": "user", "content": "after training"}], seed=7, full=True)
     (turn,) = [t for s in srv.records()["sessions"] for t in s["turns"] if t["request_id"] == served["id"]]

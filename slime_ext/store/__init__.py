@@ -283,10 +283,12 @@ class Store:
                           (SELECT COUNT(*) FROM turns WHERE main_line=1),
                           (SELECT COUNT(*) FROM turns WHERE next_state IS NOT NULL),
                           (SELECT COUNT(*) FROM turns WHERE verdict IS NOT NULL),
-                          (SELECT AVG(verdict) FROM turns WHERE verdict IS NOT NULL)"""
+                          (SELECT AVG(verdict) FROM turns WHERE verdict IS NOT NULL),
+                          (SELECT COUNT(*) FROM turns WHERE trained_in_version IS NOT NULL),
+                          (SELECT COUNT(*) FROM turns WHERE dropped IS NOT NULL)"""
             ).fetchone()
         return {"sessions": row[0], "turns": row[1], "main_line_turns": row[2], "turns_with_next_state": row[3],
-                "judged_turns": row[4], "mean_verdict": row[5]}
+                "judged_turns": row[4], "mean_verdict": row[5], "trained_turns": row[6], "dropped_turns": row[7]}
 
 
 def export_records(run_dir: str | Path) -> dict[str, Any]:
