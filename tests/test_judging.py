@@ -45,6 +45,10 @@ def test_heuristic_judge_scores_next_states_and_stores_votes(tiny_server):
         assert last["trained_in_version"] is None and last["dropped"] is None
     health = tiny_server.health()
     assert health["judged_turns"] == 2 and health["mean_verdict"] == 0
+    with urllib.request.urlopen(tiny_server.base + "/metrics", timeout=30) as r:
+        metrics = r.read().decode()
+    assert 'openclaw_user_verdict_mean{user="anonymous"} 0' in metrics
+    assert 'openclaw_user_judged_turns{user="anonymous"} 2' in metrics
 
 
 def test_judge_off_leaves_turns_unjudged(make_server):

@@ -143,7 +143,16 @@ class ChatServer:
         )
 
     async def prometheus(self, request: web.Request) -> web.Response:
-        return web.Response(body=self.metrics.render().encode(),
+        text = self.metrics.render()
+        per_user = await self.store.run(self.store.verdicts_by_user)
+        if per_user:
+            lines = ["# HELP openclaw_user_verdict_mean Mean judge verdict of each user's turns",
+                     "# TYPE openclaw_user_verdict_mean gauge"]
+            lines += [f'openclaw_user_verdict_mean{{user="{_label(u)}"}} {mean:g}' for u, _, mean in per_user]
+            lines += ["# HELP openclaw_user_judged_turns Judged turns of each user", "# TYPE openclaw_user_judged_turns gauge"]
+            lines += [f'openclaw_user_judged_turns{{user="{_label(u)}"}} {n}' for u, n, _ in per_user]
+            text += "\n".join(lines) + "\n"
+        return web.Response(body=text.encode(),
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     # ------------------------------------------------------------------ chat completions
@@ -343,6 +352,11 @@ class _Generation:
                                              reason="side: the client disconnected before the reply was complete"))
         except Exception:
             log.exception("could not record an abandoned turn")
+
+
+def _label(user: str | None) -> str:
+    """A Prometheus label value: escaped, and 'anonymous' for requests without an identity."""
+    return (user or "anonymous").replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
 
 
 def _stop_token_ids(tokenizer) -> set[int]:

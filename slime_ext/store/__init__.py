@@ -276,6 +276,12 @@ class Store:
             ).fetchone()
         return {"user": s["user"], "n_turns": n, "last_main": dict(last) if last else None, "closed": s["closed_at"] is not None}
 
+    def verdicts_by_user(self) -> list[tuple[str | None, int, float]]:
+        """``(user, judged turns, mean verdict)`` per user: one policy learns from everyone."""
+        with self._lock:
+            return [tuple(r) for r in self._conn.execute(
+                "SELECT user, COUNT(*), AVG(verdict) FROM turns WHERE verdict IS NOT NULL GROUP BY user ORDER BY user")]
+
     def counts(self) -> dict[str, int]:
         with self._lock:
             row = self._conn.execute(
