@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from slime_ext.engines import EngineError, SamplingParams
-from slime_ext.engines.local import LocalEngine, output_logits
+from slime_ext.engines.local import LocalEngine
 from slime_ext.engines.prefix_cache import PrefixCache, common_prefix_len
+from slime_ext.logprobs import teacher_forced_logprobs
 from slime_ext.models import resolve_model
 
 EOS = 2
@@ -35,20 +36,13 @@ def prompts(n, length=20):
     return [torch.randint(100, 40000, (length + 7 * i,), generator=g).tolist() for i in range(n)]
 
 
-def reference_logprobs(eng, ids, start):
-    with torch.no_grad():
-        hidden = eng.model.model(input_ids=torch.tensor([ids])).last_hidden_state[0, start - 1 : -1]
-        logp = torch.log_softmax(output_logits(hidden, eng.model.get_output_embeddings().weight.float()), -1)
-    return logp.gather(1, torch.tensor(ids[start:])[:, None])[:, 0]
-
-
 async def test_batched_decode_equals_one_at_a_time_and_teacher_forcing(engine):
     ps = prompts(5)
     alone = [await run(engine, p, temperature=1.0, seed=i) for i, p in enumerate(ps)]
     together = await asyncio.gather(*[run(engine, p, temperature=1.0, seed=i) for i, p in enumerate(ps)])
     for p, a, b in zip(ps, alone, together):
         assert [t.token_id for t in a] == [t.token_id for t in b]
-        ref = reference_logprobs(engine, p + [t.token_id for t in a], len(p))
+        ref = teacher_forced_logprobs(engine.model, p + [t.token_id for t in a], len(p))
         assert torch.allclose(torch.tensor([t.logprob for t in b]), ref, atol=1e-4)
     assert engine.stats["steps"] > 0
 
@@ -56,7 +50,7 @@ async def test_batched_decode_equals_one_at_a_time_and_teacher_forcing(engine):
 async def test_score_equals_forward(engine):
     (p,) = prompts(1)
     scored = await engine.score(p, 5)
-    assert torch.allclose(torch.tensor(scored), reference_logprobs(engine, p, 5), atol=1e-5)
+    assert torch.allclose(torch.tensor(scored), teacher_forced_logprobs(engine.model, p, 5), atol=1e-5)
     with pytest.raises(EngineError):
         await engine.score(p, 0)
 

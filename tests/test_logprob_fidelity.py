@@ -1,7 +1,7 @@
 """Recorded log-probs are the sampler's own, and agree with a teacher-forced forward pass.
 
 The reference is an independent forward pass of the same checkpoint and dtype, with the output
-layer in fp32 exactly as the engine computes it (``slime_ext.engines.local.output_logits``).
+layer in fp32 exactly as the engine computes it (``slime_ext.logprobs``).
 In float32 the engine's batched, KV-cached decode reproduces the full forward pass to about 1e-6.
 In bfloat16, KV-cached decode and a full forward pass round differently; the difference is
 measured and bounded here, and reported in docs/engine.md.
@@ -15,7 +15,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from slime_ext.engines.local import output_logits
+from slime_ext.logprobs import teacher_forced_logprobs
 from slime_ext.models import resolve_model
 
 PROMPTS = ["Write a short poem about autumn.", "Explain what a CPU does.", "Give me three tips for sleeping well."]
@@ -27,13 +27,6 @@ def chat(srv, prompt, seed):
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=300) as r:
         return json.loads(r.read())
-
-
-def teacher_forced(model, ids, start):
-    with torch.no_grad():
-        hidden = model.model(input_ids=torch.tensor([ids])).last_hidden_state[0, start - 1 : -1]
-        logp = torch.log_softmax(output_logits(hidden, model.get_output_embeddings().weight.float()), -1)
-    return logp.gather(1, torch.tensor(ids[start:])[:, None])[:, 0]
 
 
 def mean_abs_diff(srv, dtype):
@@ -49,7 +42,7 @@ def mean_abs_diff(srv, dtype):
     for r in replies:
         t = turns[r["id"]]
         assert tok.decode(t["response_token_ids"], skip_special_tokens=True) == r["choices"][0]["message"]["content"]
-        ref = teacher_forced(model, t["prompt_token_ids"] + t["response_token_ids"], len(t["prompt_token_ids"]))
+        ref = teacher_forced_logprobs(model, t["prompt_token_ids"] + t["response_token_ids"], len(t["prompt_token_ids"]))
         diffs.append((torch.tensor(t["response_logprobs"]) - ref).abs())
     return torch.cat(diffs).mean().item()
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from slime_ext.algorithms import PolicyLossConfig
-from slime_ext.engines.local import output_logits
+from slime_ext.logprobs import teacher_forced_logprobs
 from slime_ext.models import resolve_model
 from slime_ext.trainers.step import collate, response_logprobs, train_step
 from slime_ext.types import Sample
@@ -23,11 +23,7 @@ def load(model_dir):
 
 
 def make_sample(model, prompt, response, reward):
-    with torch.no_grad():
-        ids = torch.tensor([prompt + response])
-        hidden = model.model(input_ids=ids).last_hidden_state[0, len(prompt) - 1 : -1]
-        logp = torch.log_softmax(output_logits(hidden, model.get_output_embeddings().weight.float()), -1)
-        lp = logp.gather(1, torch.tensor(response)[:, None])[:, 0].tolist()
+    lp = teacher_forced_logprobs(model, prompt + response, len(prompt)).tolist()
     return Sample(tokens=prompt + response, response_length=len(response), loss_mask=[1] * len(response),
                   rollout_log_probs=lp, reward=reward)
 

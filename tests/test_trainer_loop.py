@@ -4,7 +4,8 @@ import asyncio
 
 import torch
 
-from slime_ext.engines.local import LocalEngine, output_logits
+from slime_ext.engines.local import LocalEngine
+from slime_ext.logprobs import teacher_forced_logprobs
 from slime_ext.models import resolve_model
 from slime_ext.store import Store, export_records
 from slime_ext.trainers.loop import BinaryRLTrainer, TrainerConfig
@@ -12,10 +13,7 @@ from slime_ext.types import Turn
 
 
 def record(store, model, sid, prompt, response, verdict, version=0):
-    with torch.no_grad():
-        hidden = model.model(input_ids=torch.tensor([prompt + response])).last_hidden_state[0, len(prompt) - 1 : -1]
-        lp = torch.log_softmax(output_logits(hidden, model.get_output_embeddings().weight.float()), -1)
-        lps = lp.gather(1, torch.tensor(response)[:, None])[:, 0].tolist()
+    lps = teacher_forced_logprobs(model, prompt + response, len(prompt)).tolist()
     store.create_session(sid, None, "inferred")
     store.insert_turn(Turn(session_id=sid, index=0, main_line=True, reason="test", request_id=f"r-{sid}",
                            prompt_token_ids=prompt, response_token_ids=response, response_logprobs=lps,

@@ -20,8 +20,9 @@ from transformers import AutoModelForCausalLM
 
 from slime_ext.config import ServeConfig
 from slime_ext.engines.base import EngineError
-from slime_ext.engines.local import LoraUpdate, output_logits
+from slime_ext.engines.local import LoraUpdate
 from slime_ext.launch import sse_chunks
+from slime_ext.logprobs import teacher_forced_logprobs
 from slime_ext.serve import build_server
 from slime_ext.store import export_records
 
@@ -123,11 +124,8 @@ def reference_model(engine):
     return model
 
 
-@torch.inference_mode()
 def reference_logprobs(model, ids: list[int], start: int) -> list[float]:
-    hidden = model.model(input_ids=torch.tensor([ids]), use_cache=False).last_hidden_state
-    logp = torch.log_softmax(output_logits(hidden[0, start - 1 : -1], model.get_output_embeddings().weight.float()), -1)
-    return logp.gather(1, torch.tensor(ids[start:])[:, None])[:, 0].tolist()
+    return teacher_forced_logprobs(model, ids, start).tolist()
 
 
 def max_abs_diff(a: list[float], b: list[float]) -> float:

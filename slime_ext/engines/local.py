@@ -27,6 +27,7 @@ from typing import Any, AsyncIterator, Sequence
 
 from slime_ext.engines.base import EngineError, SamplingParams, TokenOut
 from slime_ext.engines.prefix_cache import PrefixCache
+from slime_ext.logprobs import output_logits, target_logprobs
 
 log = logging.getLogger(__name__)
 
@@ -338,20 +339,20 @@ class LocalEngine:
             layer.set_kv(layer.keys.index_select(0, index)[:, :, first:], layer.values.index_select(0, index)[:, :, first:])
 
     # ------------------------------------------------------------- scoring
-    def _logits(self, hidden):
-        """fp32 logits from final hidden states (see ``output_logits``)."""
+    def _fp32_head(self):
         if self._head is None:
             self._head = self.model.get_output_embeddings().weight.float()
-        return output_logits(hidden, self._head)
+        return self._head
+
+    def _logits(self, hidden):
+        return output_logits(hidden, self._fp32_head())
 
     def _score(self, ids: list[int], start: int) -> list[float]:
         torch = self._torch
         if start == len(ids):
             return []
         hidden = self.model.model(input_ids=torch.tensor([ids]), use_cache=False).last_hidden_state
-        logp = torch.log_softmax(self._logits(hidden[0, start - 1 : -1]), dim=-1)
-        target = torch.tensor(ids[start:])
-        return logp.gather(1, target[:, None])[:, 0].tolist()
+        return target_logprobs(hidden[0, start - 1 : -1], self._fp32_head(), torch.tensor(ids[start:])).tolist()
 
     # ------------------------------------------------------------- weight swaps
     def _prepare_update(self, update: Any) -> Any:
@@ -450,13 +451,6 @@ def _growing_cache(config):
     cache = DynamicCache(config=config)
     cache.layers = [GrowingLayer() for _ in cache.layers]
     return cache
-
-
-def output_logits(hidden, head_fp32):
-    """The output layer in fp32: bf16 logits are quantized to ~0.1 at typical magnitudes, which
-    would make recorded log-probs disagree with any re-computation. Used for generation, scoring
-    and by tests as the reference forward pass."""
-    return hidden.float() @ head_fp32.T
 
 
 def _deliver(items: list[tuple[_Request, Any]]) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from slime_ext.algorithms import PolicyLossConfig, policy_loss, token_advantages
+from slime_ext.logprobs import target_logprobs
 from slime_ext.types import Sample
 
 
@@ -59,15 +60,13 @@ def collate(samples: list[Sample], pad_id: int = 0, baseline: float = 0.0) -> Ba
 def response_logprobs(model, batch: Batch) -> torch.Tensor:
     """Log-probs ``[B, T]`` of each sample's response tokens under ``model`` (0 past the end)."""
     hidden = model.get_decoder()(input_ids=batch.tokens, attention_mask=batch.attention_mask).last_hidden_state
-    head = model.get_output_embeddings()
+    head = model.get_output_embeddings().weight.float()
     t_max = batch.response_mask.shape[1]
     out = hidden.new_zeros(len(batch.response_start), t_max, dtype=torch.float32)
     for i, start in enumerate(batch.response_start):
         r = int(batch.attention_mask[i].sum()) - start
         h = hidden[i, start - 1 : start - 1 + r]  # position p predicts token p + 1
-        logits = (h.float() @ head.weight.float().T) if head.bias is None else head(h).float()
-        logp = torch.log_softmax(logits, dim=-1)
-        out[i, :r] = logp.gather(1, batch.tokens[i, start : start + r, None])[:, 0]
+        out[i, :r] = target_logprobs(h, head, batch.tokens[i, start : start + r])
     return out
 
 
