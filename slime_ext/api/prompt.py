@@ -96,3 +96,18 @@ def _append_to_system(msgs: list[dict[str, Any]], text: str) -> list[dict[str, A
         first["content"] = (first["content"] + "\n\n" + text) if first["content"] else text
         return [first] + msgs[1:]
     return [{"role": "system", "content": text}] + msgs
+
+
+def stop_token_ids(tokenizer: Any) -> tuple[int, ...]:
+    """Token ids that end an assistant turn: EOS and the usual end-of-turn markers the vocabulary has."""
+    ids = set()
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    for tok in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
+        try:
+            tid = tokenizer.convert_tokens_to_ids(tok)
+        except Exception:
+            continue
+        if isinstance(tid, int) and tid >= 0 and tid != getattr(tokenizer, "unk_token_id", None):
+            ids.add(tid)
+    return tuple(sorted(ids))

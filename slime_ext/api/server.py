@@ -23,7 +23,7 @@ from aiohttp import web
 
 from slime_ext.api.errors import ApiError
 from slime_ext.api.metrics import Metrics
-from slime_ext.api.prompt import PromptRenderer
+from slime_ext.api.prompt import PromptRenderer, stop_token_ids
 from slime_ext.api.reply import ReplyParser
 from slime_ext.api.schemas import ChatRequest, parse_chat_request
 from slime_ext.engines.base import EngineError, SamplingParams
@@ -55,7 +55,7 @@ class ChatServer:
         self.tracker = tracker
         self.settings = settings
         self.judge_worker = judge_worker
-        self.stop_ids = tuple(sorted(_stop_token_ids(tokenizer)))
+        self.stop_ids = stop_token_ids(tokenizer)
         self.in_flight = 0
         self.metrics = Metrics()
         self.metrics.gauge("openclaw_policy_version", lambda: self.engine.policy_version, "Policy version being served")
@@ -357,17 +357,6 @@ class _Generation:
 def _label(user: str | None) -> str:
     """A Prometheus label value: escaped, and 'anonymous' for requests without an identity."""
     return (user or "anonymous").replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
-
-
-def _stop_token_ids(tokenizer) -> set[int]:
-    ids = set()
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    for tok in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
-        tid = tokenizer.convert_tokens_to_ids(tok)
-        if isinstance(tid, int) and tid != tokenizer.unk_token_id and tid >= 0:
-            ids.add(tid)
-    return ids
 
 
 def _key_identity(request: web.Request) -> str | None:

@@ -243,14 +243,14 @@ class EngineJudgeBackend:
     default_votes = DEFAULT_MODEL_VOTES
 
     def __init__(self, engine: Any, tokenizer: Any, *, temperature: float = 1.0, max_new_tokens: int = 512) -> None:
-        from slime_ext.api.prompt import PromptRenderer
+        from slime_ext.api.prompt import PromptRenderer, stop_token_ids
 
         self.engine = engine
         self.tokenizer = tokenizer
         self.renderer = PromptRenderer(tokenizer)
         self.temperature = temperature
         self.max_new_tokens = max_new_tokens
-        self.stop_ids = _stop_token_ids(tokenizer)
+        self.stop_ids = stop_token_ids(tokenizer)
 
     async def vote(self, messages: list[dict[str, str]], *, seed: int, inputs: JudgeInput | None = None) -> str:
         from slime_ext.engines.base import SamplingParams
@@ -271,17 +271,3 @@ class EngineJudgeBackend:
             if aclose is not None:
                 await aclose()
         return self.tokenizer.decode(tokens, skip_special_tokens=True)
-
-
-def _stop_token_ids(tokenizer: Any) -> tuple[int, ...]:
-    ids = set()
-    if getattr(tokenizer, "eos_token_id", None) is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    for tok in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
-        try:
-            tid = tokenizer.convert_tokens_to_ids(tok)
-        except Exception:
-            continue
-        if isinstance(tid, int) and tid >= 0 and tid != getattr(tokenizer, "unk_token_id", None):
-            ids.add(tid)
-    return tuple(sorted(ids))
