@@ -44,8 +44,6 @@ def build_server(cfg: ServeConfig):
 
 def build_judge_worker(cfg: ServeConfig, store):
     """The judge loop for ``cfg.judge``, or None when judging is off."""
-    import os
-
     from slime_ext.judge import HeuristicBackend, Judge, OpenAIJudgeBackend
     from slime_ext.judge.worker import JudgeWorker
 

@@ -11,6 +11,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import sqlite3
@@ -145,6 +146,18 @@ class Store:
             self._conn.close()
 
     # --------------------------------------------------------------- writes
+    @contextlib.contextmanager
+    def _transaction(self):
+        """Several statements committed together, or not at all."""
+        with self._lock:
+            self._conn.execute("BEGIN")
+            try:
+                yield
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
     def _exec(self, sql: str, params: tuple = ()) -> sqlite3.Cursor:
         with self._lock:
             return self._conn.execute(sql, params)
@@ -158,31 +171,25 @@ class Store:
 
     def insert_turn(self, turn: Turn) -> None:
         """Commit a turn and bump its session's activity time, in one transaction."""
-        with self._lock:
-            self._conn.execute("BEGIN")
-            try:
-                self._conn.execute(
-                    """INSERT INTO turns (session_id, idx, main_line, reason, request_id, user, policy_version,
-                       policy_version_end, finish_reason, prompt_token_ids, response_token_ids, response_logprobs,
-                       response_text, tool_calls, messages, sampling, timings, reply_key, history_keys, created_at)
-                       VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""",
-                    (
-                        turn.session_id, turn.index, int(turn.main_line), turn.reason, turn.request_id, turn.user,
-                        turn.policy_version, turn.policy_version_end, turn.finish_reason,
-                        json.dumps(turn.prompt_token_ids), json.dumps(turn.response_token_ids),
-                        json.dumps(turn.response_logprobs), turn.response_text,
-                        json.dumps(turn.tool_calls) if turn.tool_calls else None,
-                        json.dumps(turn.messages), json.dumps(turn.sampling), json.dumps(turn.timings),
-                        turn.reply_key, json.dumps(turn.history_keys), turn.created_at or time.time(),
-                    ),
-                )
-                self._conn.execute(
-                    "UPDATE sessions SET last_activity=? WHERE id=?", (turn.created_at or time.time(), turn.session_id)
-                )
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+        with self._transaction():
+            self._conn.execute(
+                """INSERT INTO turns (session_id, idx, main_line, reason, request_id, user, policy_version,
+                   policy_version_end, finish_reason, prompt_token_ids, response_token_ids, response_logprobs,
+                   response_text, tool_calls, messages, sampling, timings, reply_key, history_keys, created_at)
+                   VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""",
+                (
+                    turn.session_id, turn.index, int(turn.main_line), turn.reason, turn.request_id, turn.user,
+                    turn.policy_version, turn.policy_version_end, turn.finish_reason,
+                    json.dumps(turn.prompt_token_ids), json.dumps(turn.response_token_ids),
+                    json.dumps(turn.response_logprobs), turn.response_text,
+                    json.dumps(turn.tool_calls) if turn.tool_calls else None,
+                    json.dumps(turn.messages), json.dumps(turn.sampling), json.dumps(turn.timings),
+                    turn.reply_key, json.dumps(turn.history_keys), turn.created_at or time.time(),
+                ),
+            )
+            self._conn.execute(
+                "UPDATE sessions SET last_activity=? WHERE id=?", (turn.created_at or time.time(), turn.session_id)
+            )
 
     def set_next_state(self, session_id: str, idx: int, text: str, role: str, now: float | None = None) -> None:
         self._exec(
@@ -205,19 +212,13 @@ class Store:
     def record_verdict(self, session_id: str, idx: int, verdict: int, votes: list[tuple[int | None, str]]) -> None:
         """Store every vote and the verdict of one turn, in one transaction."""
         now = time.time()
-        with self._lock:
-            self._conn.execute("BEGIN")
-            try:
-                self._conn.executemany(
-                    "INSERT INTO votes (session_id, turn_idx, vote_idx, value, text, at) VALUES (?,?,?,?,?,?)",
-                    [(session_id, idx, i, v, text, now) for i, (v, text) in enumerate(votes)],
-                )
-                self._conn.execute("UPDATE turns SET verdict=?, judged_at=? WHERE session_id=? AND idx=?",
-                                   (verdict, now, session_id, idx))
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+        with self._transaction():
+            self._conn.executemany(
+                "INSERT INTO votes (session_id, turn_idx, vote_idx, value, text, at) VALUES (?,?,?,?,?,?)",
+                [(session_id, idx, i, v, text, now) for i, (v, text) in enumerate(votes)],
+            )
+            self._conn.execute("UPDATE turns SET verdict=?, judged_at=? WHERE session_id=? AND idx=?",
+                               (verdict, now, session_id, idx))
 
     def mark_trained(self, keys: list[tuple[str, int]], version: int) -> None:
         """Record that these turns were trained on in the step that produced ``version``."""

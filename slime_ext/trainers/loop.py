@@ -39,6 +39,14 @@ class TrainerConfig:
     loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
 
 
+def latest_checkpoint(run_dir: str | Path) -> tuple[int, Path] | None:
+    """The newest complete checkpoint (``checkpoints/v<N>``; unfinished ones are ``.v<N>.tmp``)."""
+    done = sorted((Path(run_dir) / "checkpoints").glob("v*"))
+    if not done:
+        return None
+    return int(done[-1].name[1:]), done[-1]
+
+
 def turn_to_sample(row: dict[str, Any]) -> Sample:
     """A judged turn as a Slime ``Sample``: exactly the recorded tokens and log-probs."""
     response = row["response_token_ids"]
@@ -114,26 +122,26 @@ class BinaryRLTrainer:
         return final
 
     def load_weights(self, path: Path) -> None:
-        from safetensors.torch import load_file
+        """Load a checkpoint written by ``save`` (read the way the engine reads it for a swap)."""
+        from slime_ext.engines.local import LoraUpdate, load_weights
 
-        if (path / "adapter_model.safetensors").exists():
+        update = load_weights(path)
+        if isinstance(update, LoraUpdate):
             from peft import set_peft_model_state_dict
 
-            set_peft_model_state_dict(self.model, load_file(str(path / "adapter_model.safetensors")))
+            set_peft_model_state_dict(self.model, update.tensors)
         else:
-            state: dict[str, Any] = {}
-            for f in sorted(path.glob("*.safetensors")):
-                state.update(load_file(str(f)))
-            self.model.load_state_dict(state, strict=False)
+            self.model.load_state_dict(update, strict=False)
 
     def resume(self) -> int:
         """Re-mark the turns of the latest checkpoint and return its version (0 when none)."""
-        done = sorted(self.checkpoints.glob("v*")) if self.checkpoints.exists() else []
-        if not done:
+        found = latest_checkpoint(self.checkpoints.parent)
+        if found is None:
             return 0
-        state = json.loads((done[-1] / "trainer_state.json").read_text())
-        self.load_weights(done[-1])
+        path = found[1]
+        state = json.loads((path / "trainer_state.json").read_text())
+        self.load_weights(path)
         self.store.mark_trained([tuple(k) for k in state["turns"]], state["version"])
-        self.optimizer.load_state_dict(torch.load(done[-1] / "optimizer.pt"))
+        self.optimizer.load_state_dict(torch.load(path / "optimizer.pt"))
         self.version = state["version"]
         return self.version

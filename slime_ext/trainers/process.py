@@ -17,15 +17,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from slime_ext.trainers.loop import latest_checkpoint
+
 log = logging.getLogger(__name__)
-
-
-def latest_checkpoint(run_dir: str | Path) -> tuple[int, Path] | None:
-    """The newest complete checkpoint (``checkpoints/v<N>``), as ``(N, path)``."""
-    done = sorted((Path(run_dir) / "checkpoints").glob("v*"))
-    if not done:
-        return None
-    return int(done[-1].name[1:]), done[-1]
 
 
 def trainer_main(model: str, run_dir: str, config: dict[str, Any], poll_s: float = 1.0, threads: int = 1) -> None:
