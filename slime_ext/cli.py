@@ -37,8 +37,8 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--default-max-tokens", type=int, help=f"new tokens when a request names none [{d.default_max_tokens}]")
     p.add_argument("--max-body-mb", type=float, help=f"largest request body [{d.max_body_mb}]")
     p.add_argument("--session-idle-timeout-s", type=float, help=f"close sessions idle this long [{d.session_idle_timeout_s:g}]")
-    p.add_argument("--judge", choices=["heuristic", "openai", "off"],
-                   help=f"how next states are judged: a lexical classifier, an OpenAI-compatible model, or not at all [{d.judge}]")
+    p.add_argument("--judge", choices=["heuristic", "self", "openai", "off"],
+                   help=f"how next states are judged: a lexical classifier, the served model with its adapter disabled (self), an OpenAI-compatible model, or not at all [{d.judge}]")
     p.add_argument("--judge-url", help="OpenAI-compatible endpoint of the judge model (with --judge openai)")
     p.add_argument("--judge-model", help="model name to ask the judge endpoint for")
     p.add_argument("--judge-key", help="API key of the judge endpoint (also $OPENCLAW_RL_JUDGE_KEY)")

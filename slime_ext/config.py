@@ -31,7 +31,8 @@ class ServeConfig:
     max_open_sessions: int = 10000
     ephemeral_markers: list[str] = field(default_factory=lambda: ["<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>"])
     log_level: str = "info"
-    # judging (issue 3): "heuristic", "openai" (any OpenAI-compatible endpoint) or "off"
+    # judging: "heuristic", "self" (the served model with its adapter disabled), "openai" (any
+    # OpenAI-compatible endpoint) or "off"
     judge: str = "heuristic"
     judge_url: str = ""
     judge_model: str = ""
@@ -59,7 +60,26 @@ class ServeConfig:
         unknown = sorted(set(data) - names)
         if unknown:
             raise ValueError(f"{source}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
-        return cls(**data)
+        return cls(**data).validated()
+
+    def validated(self) -> ServeConfig:
+        """Return self, or raise ValueError naming the setting that cannot work."""
+        if self.judge not in ("heuristic", "self", "openai", "off"):
+            raise ValueError(f"judge {self.judge!r}: expected heuristic, self, openai or off")
+        if self.judge == "openai" and (not self.judge_url or not self.judge_model):
+            raise ValueError("judge openai needs judge_url and judge_model (--judge-url, --judge-model)")
+        if self.method not in ("none", "binary"):
+            raise ValueError(f"method {self.method!r}: expected none or binary")
+        if self.judge == "self" and self.method != "none" and self.lora_rank <= 0:
+            raise ValueError("judge self needs LoRA training (--lora-rank > 0): the frozen judge is the base model "
+                             "with the adapter disabled, and full-weight training leaves no frozen base; use "
+                             "--judge openai with a separate judge server, or --judge heuristic")
+        for name in ("batch_size", "judge_concurrency"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.lora_rank < 0 or self.max_staleness < 0 or self.lr <= 0:
+            raise ValueError("lora_rank and max_staleness must be >= 0 and lr > 0")
+        return self
 
 
 def load_yaml(path: str) -> dict[str, Any]:

@@ -39,25 +39,25 @@ def build_server(cfg: ServeConfig):
         max_body_bytes=int(cfg.max_body_mb * 1024 * 1024), max_tokens_cap=cfg.max_tokens_cap,
         default_max_tokens=cfg.default_max_tokens,
     )
-    return ChatServer(engine, tokenizer, store, tracker, settings, judge_worker=build_judge_worker(cfg, store))
+    judge_worker = build_judge_worker(cfg, store, engine, tokenizer)
+    return ChatServer(engine, tokenizer, store, tracker, settings, judge_worker=judge_worker)
 
 
-def build_judge_worker(cfg: ServeConfig, store):
+def build_judge_worker(cfg: ServeConfig, store, engine=None, tokenizer=None):
     """The judge loop for ``cfg.judge``, or None when judging is off."""
-    from slime_ext.judge import HeuristicBackend, Judge, OpenAIJudgeBackend
+    from slime_ext.judge import EngineJudgeBackend, HeuristicBackend, Judge, OpenAIJudgeBackend
     from slime_ext.judge.worker import JudgeWorker
 
+    cfg.validated()
     if cfg.judge == "off":
         return None
     if cfg.judge == "heuristic":
         backend = HeuristicBackend()
-    elif cfg.judge == "openai":
-        if not cfg.judge_url or not cfg.judge_model:
-            raise ValueError("--judge openai needs --judge-url and --judge-model")
+    elif cfg.judge == "self":  # the served model with its adapter disabled: a frozen judge, no extra weights
+        backend = EngineJudgeBackend(engine, tokenizer, frozen_base=True, max_new_tokens=256)
+    else:
         key = cfg.judge_key or os.environ.get("OPENCLAW_RL_JUDGE_KEY") or None
         backend = OpenAIJudgeBackend(cfg.judge_url, cfg.judge_model, key)
-    else:
-        raise ValueError(f"--judge {cfg.judge!r}: expected heuristic, openai or off")
     judge = Judge(backend, votes=cfg.judge_votes or None, timeout_s=cfg.judge_timeout_s,
                   max_concurrency=cfg.judge_concurrency)
     return JudgeWorker(judge, store)
@@ -85,8 +85,6 @@ def run_server(cfg: ServeConfig) -> None:
                 batch_size=cfg.batch_size, lr=cfg.lr, lora_rank=cfg.lora_rank, max_staleness=cfg.max_staleness))
             log.info("training with Binary RL in process %d (batch %d, %s)", trainer.pid, cfg.batch_size,
                      f"LoRA rank {cfg.lora_rank}" if cfg.lora_rank else "full weights")
-        elif cfg.method != "none":
-            raise ValueError(f"--method {cfg.method!r}: expected none or binary")
         watching = asyncio.create_task(watcher.run())
         runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
         await runner.setup()

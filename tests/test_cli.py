@@ -50,3 +50,14 @@ def test_unknown_yaml_setting_is_named(tmp_path):
 def test_unknown_model_is_a_clear_error(tmp_path):
     r = cli("serve", "--model", str(tmp_path / "missing-model"), "--run-dir", str(tmp_path / "run"))
     assert r.returncode == 2 and "not a built-in model" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--judge", "self", "--method", "binary", "--lora-rank", "0"], "judge self needs LoRA"),
+    (["--judge", "openai"], "judge_url"),
+    (["--batch-size", "0"], "batch_size"),
+])
+def test_settings_that_cannot_work_are_refused_before_loading_anything(tmp_path, flags, named):
+    r = cli("serve", "--model", "tiny", "--run-dir", str(tmp_path / "run"), *flags)
+    assert r.returncode == 2 and named in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "run").exists()

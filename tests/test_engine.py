@@ -159,3 +159,50 @@ async def test_swap_in_a_peft_adapter_directory(model_dir, tmp_path):
         assert torch.allclose(after, expected, atol=1e-4)
     finally:
         await eng.close()
+
+
+def random_lora(model, seed: int, modules=("model.layers.0.self_attn.q_proj", "model.layers.1.mlp.down_proj",
+                                           "model.layers.1.self_attn.v_proj")):
+    from slime_ext.engines.local import LoraUpdate
+
+    sd = model.state_dict()
+    g = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for m in modules:
+        out_f, in_f = sd[f"{m}.weight"].shape
+        tensors[f"base_model.model.{m}.lora_A.weight"] = torch.randn(4, in_f, generator=g) * 0.5
+        tensors[f"base_model.model.{m}.lora_B.weight"] = torch.randn(out_f, 4, generator=g) * 0.5
+    return LoraUpdate(tensors, 4.0)
+
+
+async def test_frozen_base_rows_ignore_the_adapter_while_policy_rows_use_it(model_dir):
+    """The `self` judge's rows: base weights, batched beside adapter rows, never via the prefix cache."""
+    eng = LocalEngine(model_dir, dtype="float32", threads=1)  # prefix cache on
+    try:
+        ps = prompts(3)
+        ps[0] = ps[0] * 15  # long enough (300 tokens) for the prefix cache to keep it
+        greedy = {"temperature": 0.0, "max_new_tokens": 10}
+        before = [await run(eng, p, **greedy) for p in ps]
+        assert [t.token_id for t in await run(eng, ps[0], frozen_base=True, **greedy)] == [t.token_id for t in before[0]]
+        await eng.swap(random_lora(eng.model, 1), 1)
+        # the policy row fills the prefix cache with adapter KV for ps[0] first
+        policy = await run(eng, ps[0], **greedy)
+        hits = eng.prefix_cache.hits
+        assert len(eng.prefix_cache._entries) == 1
+        assert [t.token_id for t in policy] != [t.token_id for t in before[0]]
+        # frozen-base rows decode in the same batch as policy rows
+        outs = await asyncio.gather(run(eng, ps[0], frozen_base=True, **greedy), run(eng, ps[1], **greedy),
+                                    run(eng, ps[1], frozen_base=True, **greedy), run(eng, ps[2], frozen_base=True, **greedy))
+        for got, want in zip([outs[0], outs[2], outs[3]], [before[0], before[1], before[2]]):
+            assert [t.token_id for t in got] == [t.token_id for t in want]
+            assert max(abs(a.logprob - b.logprob) for a, b in zip(got, want)) < 1e-4
+            assert {t.policy_version for t in got} == {1}  # tagged with the engine's version, computed by the base
+        assert [t.token_id for t in outs[1]] == [t.token_id for t in await run(eng, ps[1], **greedy)]
+        assert eng.prefix_cache.hits == hits  # the frozen-base row did not reuse the adapter's KV
+        # a full-weight update replaces the base: frozen-base requests are refused, the policy still serves
+        await eng.swap({"model.norm.weight": torch.ones_like(eng.model.model.norm.weight) * 1.5}, 2)
+        with pytest.raises(EngineError, match="frozen_base"):
+            await run(eng, ps[0], frozen_base=True)
+        assert len(await run(eng, ps[0])) == 12
+    finally:
+        await eng.close()

@@ -67,3 +67,13 @@ def test_old_run_directories_gain_the_new_columns(tmp_path):
     Store(tmp_path).close()
     cols = {r[1] for r in sqlite3.connect(tmp_path / "records.sqlite").execute("PRAGMA table_info(turns)")}
     assert {"verdict", "judged_at", "trained_in_version", "dropped"} <= cols
+
+
+def test_self_judge_votes_come_from_the_served_engine(make_server):
+    """`--judge self`: the tiny model's own (unparsable) answers are the stored votes; they abstain."""
+    srv = make_server(extra=["--judge", "self", "--judge-votes", "2"])
+    conversation(srv, "hello", "thanks!")
+    (turn,) = wait_for_verdicts(srv, 1, timeout=120)
+    assert turn["votes"] == [None, None] and turn["verdict"] == 0  # random weights never write \boxed{}
+    texts = [r[0] for r in sqlite3.connect(srv.run_dir / "records.sqlite").execute("SELECT text FROM votes")]
+    assert len(texts) == 2 and all(t and not t.startswith("abstained") for t in texts)

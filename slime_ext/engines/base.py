@@ -8,6 +8,7 @@ Invariants every engine keeps:
 - ``swap`` is atomic between decode steps and never fails an in-flight request: tokens before
   the swap carry the old version, tokens after it the new one.
 - ``score(ids, start)`` returns teacher-forced log-probs (temperature 1) of ``ids[start:]``.
+- A ``frozen_base`` request is computed with the base weights, whatever adapter is being served.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ class SamplingParams:
     max_new_tokens: int = 256
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
+    # Sample from the frozen base weights (the trained LoRA adapter disabled), for the ``self``
+    # judge. An engine whose base weights were replaced by a full-weight update refuses it.
+    frozen_base: bool = False
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,17 @@ One worker thread owns the model. Each loop iteration it
   4. runs ONE forward pass for all active sequences and samples one token for each.
 Finished or cancelled rows are dropped from the batch cache; columns that are padding for every
 remaining row are trimmed. Results go back to each request's asyncio queue on its own loop.
+
+A LoRA update is merged into the weights (no per-token adapter cost), keeping a copy of the base
+weights of the modules it touches so the next adapter merges onto the base again. Rows marked
+``frozen_base`` (the ``self`` judge) are computed with those base copies by forward hooks that
+run only while such rows are in the batch, so the judge stays frozen while the policy learns.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -105,7 +111,8 @@ class LocalEngine:
         self._cache = None
         self._mask = None
         self._waiting: list[_Request] = []
-        self._lora_base: dict[str, Any] | None = None
+        self._lora_base: dict[str, Any] | None = None  # base weights of modules an adapter changed
+        self._base_replaced = False  # a full-weight update replaced the base: no frozen base left
         self._head = None  # fp32 copy of the output layer, refreshed after each swap
         self._ids = itertools.count(1)
         self._stop = threading.Event()
@@ -132,6 +139,8 @@ class LocalEngine:
             raise EngineError("prompt is empty")
         if len(prompt_ids) >= self._context_length:
             raise EngineError(f"prompt has {len(prompt_ids)} tokens; the context is {self._context_length}")
+        if sampling.frozen_base and self._base_replaced:
+            raise EngineError(_NO_FROZEN_BASE)
         torch = self._torch
         seed = sampling.seed if sampling.seed is not None else random.getrandbits(63)
         req = _Request(
@@ -222,7 +231,9 @@ class LocalEngine:
                 req.emit(_END)
                 continue
             try:
-                cache, logits = self._prefill(req.prompt_ids)
+                if req.sampling.frozen_base and self._base_replaced:
+                    raise EngineError(_NO_FROZEN_BASE)
+                cache, logits = self._prefill(req.prompt_ids, req.sampling.frozen_base)
             except Exception as exc:
                 log.exception("prefill failed")
                 req.emit(exc)
@@ -231,23 +242,49 @@ class LocalEngine:
             if self._sample_and_emit([req], logits[None, :]):
                 self._merge(req, cache)
 
-    def _prefill(self, ids: list[int]):
+    def _prefill(self, ids: list[int], frozen_base: bool = False):
         torch = self._torch
         cache = _growing_cache(self.model.config)
         start = 0
-        hit = self.prefix_cache.lookup(ids) if self.prefix_cache else None
+        # the prefix cache holds KV of the served weights; frozen-base KV differs once an adapter is in
+        shared = self.prefix_cache if not (frozen_base and self._lora_base) else None
+        hit = shared.lookup(ids) if shared else None
         if hit:
             start, kv = hit
             for layer, (k, v) in zip(cache.layers, kv):
                 layer.set_kv(k, v)
         out = None
-        for i in range(start, len(ids), self.prefill_chunk):
-            chunk = torch.tensor([ids[i : i + self.prefill_chunk]])
-            out = self.model.model(input_ids=chunk, cache=cache, use_cache=True)
+        with self._frozen_base_rows([0] if frozen_base else []):
+            for i in range(start, len(ids), self.prefill_chunk):
+                chunk = torch.tensor([ids[i : i + self.prefill_chunk]])
+                out = self.model.model(input_ids=chunk, cache=cache, use_cache=True)
         self.stats["prefill_tokens"] += len(ids) - start
-        if self.prefix_cache:
-            self.prefix_cache.add(ids, [(layer.keys, layer.values) for layer in cache.layers])
+        if shared:
+            shared.add(ids, [(layer.keys, layer.values) for layer in cache.layers])
         return cache, self._logits(out.last_hidden_state[0, -1:])[0]
+
+    @contextlib.contextmanager
+    def _frozen_base_rows(self, rows: list[int]):
+        """While active, each adapter-changed linear layer computes batch ``rows`` with its base weights."""
+        if not rows or not self._lora_base:
+            yield
+            return
+        torch = self._torch
+        index = torch.tensor(rows)
+        handles = []
+
+        def hook(module, args, output, base):
+            x = args[0].index_select(0, index)
+            return output.index_copy(0, index, torch.nn.functional.linear(x, base, module.bias))
+
+        try:
+            for name, base in self._lora_base.items():
+                module = self.model.get_submodule(name.removesuffix(".weight"))
+                handles.append(module.register_forward_hook(lambda m, a, o, base=base: hook(m, a, o, base)))
+            yield
+        finally:
+            for h in handles:
+                h.remove()
 
     def _merge(self, req: _Request, cache) -> None:
         """Add one prefilled sequence to the batch, left-padding whichever side is shorter."""
@@ -273,13 +310,14 @@ class LocalEngine:
         input_ids = torch.tensor([[r.last_token] for r in rows])
         positions = torch.tensor([[r.position - 1] for r in rows])  # where last_token sits
         self._mask = torch.cat([self._mask, torch.ones(len(rows), 1, dtype=torch.long)], dim=1)
-        out = self.model.model(
-            input_ids=input_ids,
-            attention_mask=self._mask,
-            position_ids=positions,
-            cache=self._cache,
-            use_cache=True,
-        )
+        with self._frozen_base_rows([i for i, r in enumerate(rows) if r.sampling.frozen_base]):
+            out = self.model.model(
+                input_ids=input_ids,
+                attention_mask=self._mask,
+                position_ids=positions,
+                cache=self._cache,
+                use_cache=True,
+            )
         self.stats["steps"] += 1
         keep = self._sample_and_emit(rows, self._logits(out.last_hidden_state[:, -1]))
         self._keep_rows(keep)
@@ -394,12 +432,23 @@ class LocalEngine:
             for name, tensor in update.items():
                 params[name].copy_(tensor)
             self._lora_base = None  # new base weights: later adapters merge onto these
+            self._base_replaced = True
+            frozen = [r.sampling.frozen_base for r in self._rows]
+            if any(frozen):  # their base is gone: end them rather than continue on other weights
+                for r in self._rows:
+                    if r.sampling.frozen_base:
+                        r.emit(EngineError(_NO_FROZEN_BASE))
+                self._keep_rows([not f for f in frozen])
         self._head = None
         if self.prefix_cache:
             self.prefix_cache.clear()  # computed with the old weights
         self._version = version
         self.stats["swaps"] += 1
         log.info("policy version %d installed", version)
+
+
+_NO_FROZEN_BASE = ("frozen_base: a full-weight update replaced the base weights, so there is no frozen base "
+                   "model to sample from (the self judge needs LoRA training)")
 
 
 def resolve_dtype(dtype: str) -> str:

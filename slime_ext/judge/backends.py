@@ -233,16 +233,19 @@ class OpenAIJudgeBackend:
 
 
 class EngineJudgeBackend:
-    """The ``self`` judge: samples judge answers from an ``Engine`` (frozen weights are the caller's job).
+    """The ``self`` judge: samples judge answers from an ``Engine``.
 
-    The judge messages are rendered with the tokenizer's chat template (``PromptRenderer``);
-    generation stops at the tokenizer's end-of-turn tokens or ``max_new_tokens``.
+    With ``frozen_base`` (what ``serve --judge self`` uses) the engine computes the votes with its
+    base weights, the trained adapter disabled, so the judge does not drift with the policy it
+    judges. The judge messages are rendered with the tokenizer's chat template
+    (``PromptRenderer``); generation stops at the end-of-turn tokens or ``max_new_tokens``.
     """
 
     name = "self"
     default_votes = DEFAULT_MODEL_VOTES
 
-    def __init__(self, engine: Any, tokenizer: Any, *, temperature: float = 1.0, max_new_tokens: int = 512) -> None:
+    def __init__(self, engine: Any, tokenizer: Any, *, temperature: float = 1.0, max_new_tokens: int = 512,
+                 frozen_base: bool = False) -> None:
         from slime_ext.api.prompt import PromptRenderer, stop_token_ids
 
         self.engine = engine
@@ -250,6 +253,7 @@ class EngineJudgeBackend:
         self.renderer = PromptRenderer(tokenizer)
         self.temperature = temperature
         self.max_new_tokens = max_new_tokens
+        self.frozen_base = frozen_base
         self.stop_ids = stop_token_ids(tokenizer)
 
     async def vote(self, messages: list[dict[str, str]], *, seed: int, inputs: JudgeInput | None = None) -> str:
@@ -257,7 +261,8 @@ class EngineJudgeBackend:
 
         prompt_ids = self.renderer.render(messages, [])
         sampling = SamplingParams(
-            temperature=self.temperature, max_new_tokens=self.max_new_tokens, seed=seed, stop_token_ids=self.stop_ids
+            temperature=self.temperature, max_new_tokens=self.max_new_tokens, seed=seed, stop_token_ids=self.stop_ids,
+            frozen_base=self.frozen_base,
         )
         tokens: list[int] = []
         stream = self.engine.generate(prompt_ids, sampling)
