@@ -31,6 +31,7 @@ class ServeConfig:
     max_open_sessions: int = 10000
     ephemeral_markers: list[str] = field(default_factory=lambda: ["<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>"])
     log_level: str = "info"
+    status_interval_s: float = 5.0  # live status line (a terminal) or a status log line when it changes; 0: off
     # judging: "heuristic", "self" (the served model with its adapter disabled), "openai" (any
     # OpenAI-compatible endpoint) or "off"
     judge: str = "heuristic"
@@ -46,6 +47,15 @@ class ServeConfig:
     lora_rank: int = 16  # 0: full weights
     lr: float = 1e-4
     max_staleness: int = 4
+    kl_coef: float = 0.0  # KL to the initial policy (the base model); 0: off
+
+    def trainer_config(self):
+        """The trainer's settings, taken from these."""
+        from slime_ext.algorithms import PolicyLossConfig
+        from slime_ext.trainers.loop import TrainerConfig
+
+        return TrainerConfig(batch_size=self.batch_size, lr=self.lr, lora_rank=self.lora_rank,
+                             max_staleness=self.max_staleness, loss=PolicyLossConfig(kl_coef=self.kl_coef))
 
     def resolved_run_dir(self) -> Path:
         return Path(self.run_dir or os.path.join("runs", time.strftime("%Y%m%d-%H%M%S")))

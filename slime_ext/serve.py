@@ -39,8 +39,11 @@ def build_server(cfg: ServeConfig):
         max_body_bytes=int(cfg.max_body_mb * 1024 * 1024), max_tokens_cap=cfg.max_tokens_cap,
         default_max_tokens=cfg.default_max_tokens,
     )
+    from slime_ext.trainers.process import CheckpointWatcher
+
     judge_worker = build_judge_worker(cfg, store, engine, tokenizer)
-    return ChatServer(engine, tokenizer, store, tracker, settings, judge_worker=judge_worker)
+    watcher = CheckpointWatcher(engine, cfg.resolved_run_dir())
+    return ChatServer(engine, tokenizer, store, tracker, settings, judge_worker=judge_worker, checkpoints=watcher)
 
 
 def build_judge_worker(cfg: ServeConfig, store, engine=None, tokenizer=None):
@@ -72,20 +75,15 @@ def run_server(cfg: ServeConfig) -> None:
     if cfg.host not in ("127.0.0.1", "localhost", "::1") and not server.settings.api_keys:
         log.warning("binding %s without an API key: anyone who can reach this port can use the model", cfg.host)
 
-    from slime_ext.trainers.process import CheckpointWatcher, start_trainer_process
+    from slime_ext.trainers.process import start_trainer_process
 
     async def main() -> None:
-        watcher = CheckpointWatcher(server.engine, run_dir)
-        await watcher.check()  # after a restart, serve the latest trained version from the start
+        await server.checkpoints.check()  # after a restart, serve the latest trained version from the start
         trainer = None
         if cfg.method == "binary":
-            from slime_ext.trainers.loop import TrainerConfig
-
-            trainer = start_trainer_process(cfg.model, str(run_dir), TrainerConfig(
-                batch_size=cfg.batch_size, lr=cfg.lr, lora_rank=cfg.lora_rank, max_staleness=cfg.max_staleness))
+            trainer = start_trainer_process(cfg.model, str(run_dir), cfg.trainer_config())
             log.info("training with Binary RL in process %d (batch %d, %s)", trainer.pid, cfg.batch_size,
                      f"LoRA rank {cfg.lora_rank}" if cfg.lora_rank else "full weights")
-        watching = asyncio.create_task(watcher.run())
         runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
         await runner.setup()
         site = web.TCPSite(runner, cfg.host, cfg.port)
@@ -100,9 +98,10 @@ def run_server(cfg: ServeConfig) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        status = asyncio.create_task(status_line(server, cfg.status_interval_s))
         await stop.wait()
         log.info("shutting down")
-        watching.cancel()
+        status.cancel()
         if trainer is not None:
             trainer.terminate()
             trainer.join(10)
@@ -111,3 +110,35 @@ def run_server(cfg: ServeConfig) -> None:
         server.store.close()
 
     asyncio.run(main())
+
+
+def status_text(server, counts: dict) -> str:
+    """The one-line summary of a running server: what is served, judged, trained and waiting."""
+    verdict = counts["mean_verdict"]
+    training = server.checkpoints.status() if server.checkpoints else {}
+    step = f" | last step {training['step_s']:.1f}s" if "step_s" in training else ""
+    return (f"v{server.engine.policy_version} | {server.in_flight} in flight | {counts['turns']} turns | "
+            f"judged {counts['judged_turns']}" + (f" (mean {verdict:+.2f})" if verdict is not None else "") +
+            f" | trained {counts['trained_turns']} | waiting {counts['waiting_to_train']} | "
+            f"dropped {counts['dropped_turns']}{step}")
+
+
+async def status_line(server, interval_s: float) -> None:
+    """Keep a live status line on a terminal; elsewhere (a log file) log it when it changes."""
+    import sys
+
+    tty = sys.stderr.isatty()
+    last = ""
+    while interval_s > 0:
+        await asyncio.sleep(interval_s)
+        try:
+            text = status_text(server, await server.store.run(server.store.counts))
+        except Exception as e:  # a status line must never stop the server
+            log.debug("status line: %s", e)
+            continue
+        if tty:
+            sys.stderr.write("\r\x1b[2K" + text[: 200])
+            sys.stderr.flush()
+        elif text != last:
+            log.info("status: %s", text)
+        last = text

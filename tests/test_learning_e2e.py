@@ -1,5 +1,6 @@
 """Serve with --method binary on tiny: judged feedback trains a new version that gets served."""
 
+import csv
 import json
 import time
 import urllib.request
@@ -25,7 +26,7 @@ def wait(pred, timeout=180):
 
 def test_feedback_is_judged_trained_and_swapped_in_and_a_restart_resumes(make_server, tmp_path):
     run_dir = tmp_path / "learn"
-    args = ["--method", "binary", "--batch-size", "2", "--lora-rank", "4", "--lr", "1e-3"]
+    args = ["--method", "binary", "--batch-size", "2", "--lora-rank", "4", "--lr", "1e-3", "--status-interval-s", "0.5"]
     srv = make_server(extra=args, run_dir=run_dir)
     for i, feedback in enumerate(["Thanks, perfect!", "No, that's wrong.", "Great, thank you!", "Try again, too long."]):
         u = {"role": "user", "content": f"question {i}"}
@@ -38,6 +39,17 @@ def test_feedback_is_judged_trained_and_swapped_in_and_a_restart_resumes(make_se
     assert sorted({t["trained_in_version"] for t in trained}) == [1, 2]
     health = srv.health()
     assert health["trained_turns"] == 4 and health["judged_turns"] == 4 and health["dropped_turns"] == 0
+    assert health["waiting_to_train"] == 0 and health["training"]["swaps"] >= 1
+    assert health["training"]["step_s"] > 0 and health["training"]["turns"] == 2
+    # every step's scalars are on disk (CSV here: tensorboard is not installed in the test venv)
+    rows = list(csv.DictReader(open(run_dir / "scalars" / "scalars.csv")))
+    assert {(r["version"], r["tag"]) for r in rows} >= {("1", "train/loss"), ("2", "train/loss"), ("2", "train/clip_fraction")}
+    with urllib.request.urlopen(srv.base + "/metrics", timeout=30) as r:
+        metrics = r.read().decode()
+    assert "openclaw_trained_turns 4" in metrics and "openclaw_train_step_seconds" in metrics
+    log = srv.log_path.read_text()
+    assert "trainer: version 2: 2 turns" in log  # one log line per training step
+    assert "status: v2 |" in log and "trained 4" in log  # the status line, logged when it changes
     # a request now is served by the trained policy and records it
     served = chat(srv, [{"role": "user", "content": "after training"}], seed=7, full=True)
     (turn,) = [t for s in srv.records()["sessions"] for t in s["turns"] if t["request_id"] == served["id"]]

@@ -92,3 +92,34 @@ def test_resume_remarks_the_latest_checkpoint_and_restores_weights(tmp_path):
     for n, p in fresh.model.named_parameters():
         if p.requires_grad:
             assert torch.allclose(p, trained[n])
+
+
+def test_kl_to_the_initial_policy_uses_the_adapter_disabled_model_and_holds_it_back(tmp_path):
+    """kl_coef > 0: the reference is the base model (LoRA off); the penalty keeps the policy closer."""
+    from transformers import AutoModelForCausalLM
+
+    from slime_ext.algorithms import PolicyLossConfig
+    from slime_ext.trainers.loop import wrap_lora
+
+    drift = {}
+    for kl_coef in (0.0, 5.0):
+        model_dir, base, store, good, bad = setup(tmp_path / f"kl{kl_coef}")
+        cfg = TrainerConfig(batch_size=4, lr=2e-2, lora_rank=8, lora_alpha=16, loss=PolicyLossConfig(kl_coef=kl_coef))
+        trainer = BinaryRLTrainer(wrap_lora(base, cfg), store, tmp_path / f"kl{kl_coef}" / "run", cfg)
+        m = trainer.step()
+        if kl_coef:
+            assert m["kl_to_ref"] < 1e-6  # LoRA starts at B = 0: the policy is the reference
+        for _ in range(4):
+            store.mark_trained([(sid, 0) for sid in ("good1", "bad1", "good2", "bad2")], None)  # the same turns again
+            m = trainer.step()
+        if kl_coef:
+            assert m["kl_to_ref"] > 1e-4
+        reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        p, r = good
+        with torch.no_grad():
+            before = teacher_forced_logprobs(reference, p + r, len(p))
+            after = teacher_forced_logprobs(trainer.model, p + r, len(p))
+            with trainer.model.disable_adapter():  # the reference the trainer used is the untouched base
+                assert torch.allclose(teacher_forced_logprobs(trainer.model, p + r, len(p)), before, atol=1e-5)
+        drift[kl_coef] = float((after - before).abs().sum())
+    assert drift[5.0] < drift[0.0]

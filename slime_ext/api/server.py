@@ -47,7 +47,7 @@ class ChatServer:
     """Holds the engine, tokenizer, store and session tracker, and serves the HTTP API."""
 
     def __init__(self, engine, tokenizer, store, tracker: SessionTracker, settings: ServerSettings,
-                 judge_worker=None) -> None:
+                 judge_worker=None, checkpoints=None) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.renderer = PromptRenderer(tokenizer)
@@ -55,12 +55,19 @@ class ChatServer:
         self.tracker = tracker
         self.settings = settings
         self.judge_worker = judge_worker
+        self.checkpoints = checkpoints  # a CheckpointWatcher: swaps in what the trainer publishes
         self.stop_ids = stop_token_ids(tokenizer)
         self.in_flight = 0
         self.metrics = Metrics()
         self.metrics.gauge("openclaw_policy_version", lambda: self.engine.policy_version, "Policy version being served")
         self.metrics.gauge("openclaw_requests_in_flight", lambda: self.in_flight, "Chat requests being served")
         self.metrics.gauge("openclaw_sessions_open", lambda: self.tracker.open_sessions, "Sessions held in memory")
+        if checkpoints is not None:
+            self.metrics.gauge("openclaw_train_step_seconds", lambda: checkpoints.last_step.get("step_s", 0),
+                               "Duration of the training step that produced the served version")
+            self.metrics.gauge("openclaw_train_staleness_mean", lambda: checkpoints.last_step.get("staleness_mean", 0),
+                               "Mean age in versions of the turns in the last training step")
+            self.metrics.gauge("openclaw_swap_seconds", lambda: checkpoints.last_swap_s, "Duration of the last weight swap")
 
     # ------------------------------------------------------------------ app
     def app(self) -> web.Application:
@@ -117,11 +124,13 @@ class ChatServer:
 
         self._sweeper = asyncio.create_task(sweep())
         self._judging = asyncio.create_task(self.judge_worker.run()) if self.judge_worker else None
+        self._watching = asyncio.create_task(self.checkpoints.run()) if self.checkpoints else None
 
     async def _stop_sweeper(self, app: web.Application) -> None:
         self._sweeper.cancel()
-        if self._judging:
-            self._judging.cancel()
+        for task in (self._judging, self._watching):
+            if task:
+                task.cancel()
 
     # ------------------------------------------------------------------ small endpoints
     async def models(self, request: web.Request) -> web.Response:
@@ -139,11 +148,22 @@ class ChatServer:
                 "requests_in_flight": self.in_flight,
                 "sessions_open": self.tracker.open_sessions,
                 **counts,
+                **({"training": self.checkpoints.status()} if self.checkpoints else {}),
             }
         )
 
     async def prometheus(self, request: web.Request) -> web.Response:
         text = self.metrics.render()
+        counts = await self.store.run(self.store.counts)
+        lines = []
+        for name, key, what in (("openclaw_judged_turns", "judged_turns", "Turns with a judge verdict"),
+                                ("openclaw_trained_turns", "trained_turns", "Turns trained on"),
+                                ("openclaw_waiting_turns", "waiting_to_train", "Judged turns waiting for a training step"),
+                                ("openclaw_verdict_mean", "mean_verdict", "Mean judge verdict (the reward)")):
+            lines += [f"# HELP {name} {what}", f"# TYPE {name} gauge", f"{name} {counts[key] or 0:g}"]
+        lines += ["# HELP openclaw_dropped_turns Judged turns not trained on, by reason", "# TYPE openclaw_dropped_turns gauge"]
+        lines += [f'openclaw_dropped_turns{{reason="{_label(r)}"}} {n}' for r, n in sorted(counts["dropped_by_reason"].items())]
+        text += "\n".join(lines) + "\n"
         per_user = await self.store.run(self.store.verdicts_by_user)
         if per_user:
             lines = ["# HELP openclaw_user_verdict_mean Mean judge verdict of each user's turns",

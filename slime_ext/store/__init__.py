@@ -283,7 +283,8 @@ class Store:
             return [tuple(r) for r in self._conn.execute(
                 "SELECT user, COUNT(*), AVG(verdict) FROM turns WHERE verdict IS NOT NULL GROUP BY user ORDER BY user")]
 
-    def counts(self) -> dict[str, int]:
+    def counts(self) -> dict[str, Any]:
+        """Turn counts for ``/healthz``; drop reasons are grouped by the text before their first colon."""
         with self._lock:
             row = self._conn.execute(
                 """SELECT (SELECT COUNT(*) FROM sessions), (SELECT COUNT(*) FROM turns),
@@ -294,8 +295,12 @@ class Store:
                           (SELECT COUNT(*) FROM turns WHERE trained_in_version IS NOT NULL),
                           (SELECT COUNT(*) FROM turns WHERE dropped IS NOT NULL)"""
             ).fetchone()
+            reasons = self._conn.execute(
+                """SELECT CASE WHEN instr(dropped, ':') > 0 THEN substr(dropped, 1, instr(dropped, ':') - 1)
+                               ELSE dropped END, COUNT(*) FROM turns WHERE dropped IS NOT NULL GROUP BY 1""").fetchall()
         return {"sessions": row[0], "turns": row[1], "main_line_turns": row[2], "turns_with_next_state": row[3],
-                "judged_turns": row[4], "mean_verdict": row[5], "trained_turns": row[6], "dropped_turns": row[7]}
+                "judged_turns": row[4], "mean_verdict": row[5], "trained_turns": row[6], "dropped_turns": row[7],
+                "waiting_to_train": row[4] - row[6] - row[7], "dropped_by_reason": {r: n for r, n in reasons}}
 
 
 def export_records(run_dir: str | Path) -> dict[str, Any]:

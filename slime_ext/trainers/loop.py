@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from slime_ext.algorithms import PolicyLossConfig, staleness_filter
-from slime_ext.trainers.step import train_step
+from slime_ext.trainers.step import Batch, response_logprobs, train_step
 from slime_ext.types import Sample
 
 log = logging.getLogger(__name__)
@@ -72,6 +72,26 @@ def wrap_lora(model, config: TrainerConfig):
                                             target_modules=config.lora_targets, lora_dropout=0.0))
 
 
+def initial_policy(model, config: TrainerConfig):
+    """Response log-probs under the initial policy, for the KL term; None when it is off.
+
+    With LoRA the initial policy is the model with its adapter disabled (no extra memory); with
+    full weights it is a frozen copy taken now (one more copy of the weights in memory).
+    """
+    if not config.loss.kl_coef:
+        return None
+    if config.lora_rank > 0:
+        def with_adapter_disabled(batch: Batch) -> torch.Tensor:
+            with model.disable_adapter():
+                return response_logprobs(model, batch)
+
+        return with_adapter_disabled
+    import copy
+
+    frozen = copy.deepcopy(model).eval().requires_grad_(False)
+    return lambda batch: response_logprobs(frozen, batch)
+
+
 class BinaryRLTrainer:
     def __init__(self, model, store, run_dir: str | Path, config: TrainerConfig, version: int = 0,
                  pad_id: int = 0) -> None:
@@ -82,6 +102,7 @@ class BinaryRLTrainer:
         self.pad_id = pad_id
         self.checkpoints = Path(run_dir) / "checkpoints"
         self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.lr)
+        self.reference = initial_policy(model, config)
 
     def step(self) -> dict[str, Any] | None:
         """Train once if ``batch_size`` usable turns are waiting; returns the step's metrics."""
@@ -100,24 +121,29 @@ class BinaryRLTrainer:
         started = time.perf_counter()
         samples = [turn_to_sample(r) for r in usable]
         metrics = train_step(self.model, self.optimizer, samples, self.config.loss,
-                             micro_batch_size=self.config.micro_batch_size, pad_id=self.pad_id)
+                             micro_batch_size=self.config.micro_batch_size, pad_id=self.pad_id,
+                             reference=self.reference)
+        metrics.update(turns=len(usable), reward_mean=sum(r["verdict"] for r in usable) / len(usable),
+                       response_tokens=sum(len(r["response_token_ids"]) for r in usable),
+                       staleness_mean=sum(self.version - r["policy_version"] for r in usable) / len(usable),
+                       staleness_max=max(self.version - r["policy_version"] for r in usable))
         self.version += 1
+        metrics["step_s"] = time.perf_counter() - started
         keys = [(r["session_id"], r["idx"]) for r in usable]
-        path = self.save(keys)
+        path = self.save(keys, metrics)
         self.store.mark_trained(keys, self.version)
-        metrics.update(version=self.version, step_s=time.perf_counter() - started, checkpoint=str(path),
-                       staleness_mean=sum(self.version - 1 - r["policy_version"] for r in usable) / len(usable))
-        log.info("trained version %d on %d turns in %.1f s", self.version, len(usable), metrics["step_s"])
+        metrics.update(version=self.version, checkpoint=str(path))
         return metrics
 
-    def save(self, keys: list[tuple[str, int]]) -> Path:
+    def save(self, keys: list[tuple[str, int]], metrics: dict[str, Any] | None = None) -> Path:
         """Write ``checkpoints/v<version>`` atomically (temp dir, then rename)."""
         final = self.checkpoints / f"v{self.version:06d}"
         tmp = self.checkpoints / f".v{self.version:06d}.tmp"
         tmp.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(tmp)  # a peft adapter, or full weights
         torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
-        (tmp / "trainer_state.json").write_text(json.dumps({"version": self.version, "turns": keys}))
+        state = {"version": self.version, "turns": keys, "metrics": metrics or {}, "saved_at": time.time()}
+        (tmp / "trainer_state.json").write_text(json.dumps(state))
         tmp.rename(final)
         return final
 

@@ -9,6 +9,7 @@ and it computes with one thread so serving keeps the other core(s).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import multiprocessing
 import os
@@ -32,6 +33,7 @@ def trainer_main(model: str, run_dir: str, config: dict[str, Any], poll_s: float
     from slime_ext.models import resolve_model
     from slime_ext.store import Store
     from slime_ext.trainers.loop import BinaryRLTrainer, TrainerConfig, wrap_lora
+    from slime_ext.trainers.scalars import ScalarWriter
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s trainer: %(message)s")
     torch.set_num_threads(threads)
@@ -41,14 +43,27 @@ def trainer_main(model: str, run_dir: str, config: dict[str, Any], poll_s: float
     trainer = BinaryRLTrainer(wrap_lora(model, cfg), store, run_dir, cfg)
     if trainer.resume():
         log.info("resumed at version %d", trainer.version)
+    scalars = ScalarWriter(run_dir)
+    log.info("ready: %s, lr %g, batch %d; scalars -> %s (%s)",
+             f"LoRA rank {cfg.lora_rank}" if cfg.lora_rank else "full weights", cfg.lr, cfg.batch_size,
+             scalars.dir, scalars.kind)
     parent = os.getppid()
     while os.getppid() == parent:  # the server is gone (even by kill -9): stop too
         metrics = trainer.step()
         if metrics is None:
             time.sleep(poll_s)
-        else:
-            log.info("version %d: loss %.4f, clip %.3f, %.1f s", metrics["version"], metrics["loss"],
-                     metrics["clip_fraction"], metrics["step_s"])
+            continue
+        scalars.write(metrics["version"], metrics)
+        log.info(step_line(metrics))
+
+
+def step_line(m: dict[str, Any]) -> str:
+    """One log line per training step."""
+    kl = f", kl_ref {m['kl_to_ref']:.4f}" if "kl_to_ref" in m else ""
+    return (f"version {m['version']}: {m['turns']} turns ({m['response_tokens']} tokens, reward {m['reward_mean']:+.2f}), "
+            f"loss {m['loss']:+.4f}, clip {m['clip_fraction']:.3f}, ratio {m['ratio_mean']:.3f} "
+            f"[{m['ratio_min']:.3f}, {m['ratio_max']:.3f}], kl_rollout {m['kl_rollout']:.4f}{kl}, "
+            f"staleness {m['staleness_mean']:.1f}, grad {m['grad_norm']:.3f}, {m['step_s']:.1f} s")
 
 
 def start_trainer_process(model: str, run_dir: str, config) -> multiprocessing.Process:
@@ -61,7 +76,11 @@ def start_trainer_process(model: str, run_dir: str, config) -> multiprocessing.P
 
 
 class CheckpointWatcher:
-    """Swaps each new checkpoint of the run directory into the engine (server side)."""
+    """Swaps each new checkpoint of the run directory into the engine (server side).
+
+    ``last_step`` holds the metrics the trainer saved with the version being served (step time,
+    loss, staleness, ...), for ``/healthz`` and ``/metrics``.
+    """
 
     def __init__(self, engine, run_dir: str | Path, poll_s: float = 0.5) -> None:
         self.engine = engine
@@ -69,6 +88,7 @@ class CheckpointWatcher:
         self.poll_s = poll_s
         self.swaps = 0
         self.last_swap_s = 0.0
+        self.last_step: dict[str, Any] = {}
 
     async def check(self) -> bool:
         found = latest_checkpoint(self.run_dir)
@@ -79,8 +99,21 @@ class CheckpointWatcher:
         await self.engine.swap(path, version)
         self.last_swap_s = time.perf_counter() - started
         self.swaps += 1
+        try:
+            state = json.loads((path / "trainer_state.json").read_text())
+            self.last_step = {k: v for k, v in state.get("metrics", {}).items() if isinstance(v, (int, float))}
+            self.last_step["saved_at"] = state.get("saved_at")
+        except (OSError, ValueError):
+            self.last_step = {}
         log.info("serving policy version %d (swap took %.3f s)", version, self.last_swap_s)
         return True
+
+    def status(self) -> dict[str, Any]:
+        """What ``/healthz`` reports under ``training``."""
+        step = self.last_step
+        return {"swaps": self.swaps, "swap_s": round(self.last_swap_s, 4),
+                **{k: step[k] for k in ("step_s", "loss", "clip_fraction", "kl_rollout", "staleness_mean",
+                                        "reward_mean", "turns") if k in step}}
 
     async def run(self) -> None:
         while True:

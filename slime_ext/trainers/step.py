@@ -12,7 +12,7 @@ Invariants:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -72,17 +72,26 @@ def response_logprobs(model, batch: Batch) -> torch.Tensor:
 
 def train_step(model, optimizer, samples: list[Sample], config: PolicyLossConfig | None = None,
                *, micro_batch_size: int = 4, max_grad_norm: float = 1.0, pad_id: int = 0,
-               baseline: float = 0.0) -> dict[str, Any]:
-    """One optimizer step over ``samples`` with gradient accumulation over micro-batches."""
+               baseline: float = 0.0, reference: Callable[[Batch], torch.Tensor] | None = None) -> dict[str, Any]:
+    """One optimizer step over ``samples`` with gradient accumulation over micro-batches.
+
+    ``reference(batch)`` gives the reference policy's response log-probs for the KL term (used
+    only when ``config.kl_coef`` > 0).
+    """
+    config = config or PolicyLossConfig()
     model.train()
     optimizer.zero_grad(set_to_none=True)
     chunks = [samples[i : i + micro_batch_size] for i in range(0, len(samples), micro_batch_size)]
     totals: dict[str, float] = {}
     for chunk in chunks:
         batch = collate(chunk, pad_id, baseline)
+        ref = None
+        if reference is not None and config.kl_coef:
+            with torch.no_grad():
+                ref = reference(batch)
         logp = response_logprobs(model, batch)
-        loss, metrics = policy_loss(logp, batch.rollout_logprobs, batch.advantages, batch.response_mask,
-                                    config or PolicyLossConfig())
+        loss, metrics = policy_loss(logp, batch.rollout_logprobs, batch.advantages, batch.response_mask, config,
+                                    ref_logprobs=ref)
         (loss * len(chunk) / len(samples)).backward()
         for k, v in {"loss": loss.detach(), **metrics}.items():
             totals[k] = totals.get(k, 0.0) + float(v) * len(chunk) / len(samples)
