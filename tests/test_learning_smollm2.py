@@ -1,0 +1,65 @@
+"""A full learning cycle on the real SmolLM2-135M-Instruct with LoRA, on CPU, through the HTTP API.
+
+Serve -> the user's next message -> heuristic judge -> Binary RL step in the trainer process ->
+checkpoint -> swap. Then the published adapter, loaded independently with peft, must raise the
+log-probs of the positively judged responses and lower those of the negatively judged ones,
+measured against the log-probs recorded when they were sampled (policy version 0 = the base).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+
+import torch
+
+from slime_ext.logprobs import teacher_forced_logprobs
+from slime_ext.models import resolve_model
+
+PROMPTS = [
+    ("What is the capital of France?", "Thanks, that's perfect!"),
+    ("Give me a word that rhymes with cat.", "No, that's wrong. Try again."),
+    ("Name a primary colour.", "Great, thank you!"),
+    ("How many legs does a spider have?", "That's not what I asked. Wrong answer."),
+]
+
+
+def chat(srv, messages, seed):
+    body = json.dumps({"model": "m", "messages": messages, "max_tokens": 24, "seed": seed}).encode()
+    req = urllib.request.Request(srv.url + "/chat/completions", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as r:
+        return json.loads(r.read())
+
+
+def test_lora_cycle_on_smollm2_moves_logprobs_the_way_the_verdicts_say(make_server):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    srv = make_server(model="smollm2-135m", extra=["--method", "binary", "--batch-size", "4", "--lora-rank", "8",
+                                                   "--lr", "5e-4", "--status-interval-s", "0"])
+    for i, (question, feedback) in enumerate(PROMPTS):
+        u = {"role": "user", "content": question}
+        reply = chat(srv, [u], seed=i)["choices"][0]["message"]["content"]
+        chat(srv, [u, {"role": "assistant", "content": reply}, {"role": "user", "content": feedback}], seed=50 + i)
+    deadline = time.time() + 600
+    while srv.health()["policy_version"] < 1:
+        assert time.time() < deadline, srv.log_tail()
+        time.sleep(1)
+    after = chat(srv, [{"role": "user", "content": "Hello!"}], seed=9)  # served by the swapped-in version
+    turns = [t for s in srv.records()["sessions"] for t in s["turns"]]
+    (served,) = [t for t in turns if t["request_id"] == after["id"]]
+    assert served["policy_version"] == 1
+    trained = [t for t in turns if t["trained_in_version"] == 1]
+    assert sorted(t["verdict"] for t in trained) == [-1, -1, 1, 1]
+
+    base = AutoModelForCausalLM.from_pretrained(str(resolve_model("smollm2-135m")), dtype=torch.float32)
+    tuned = PeftModel.from_pretrained(base, str(srv.run_dir / "checkpoints" / "v000001")).eval()
+    for t in trained:
+        prompt, response = t["prompt_token_ids"], t["response_token_ids"]
+        with torch.no_grad():
+            new = teacher_forced_logprobs(tuned, prompt + response, len(prompt)).sum().item()
+            with tuned.disable_adapter():
+                old = teacher_forced_logprobs(tuned, prompt + response, len(prompt)).sum().item()
+        assert abs(old - sum(t["response_logprobs"])) < 1e-2 * len(response)  # recorded under the base
+        assert (new - old) * t["verdict"] > 0, (t["verdict"], old, new)
