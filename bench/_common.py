@@ -134,7 +134,9 @@ class Server(ServerProcess):
                  keep_run_dir: bool = False) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="openclaw-bench-"))
         self.keep = keep_run_dir
-        extra = ["--log-level", "warning", *(["--threads", str(threads)] if threads else []), *(extra or [])]
+        # serving only unless the benchmark asks for learning (the last --method wins)
+        extra = ["--log-level", "warning", "--method", "none", *(["--threads", str(threads)] if threads else []),
+                 *(extra or [])]
         super().__init__(self.tmp / "run", model, extra, port=port, log_path=self.tmp / "serve.log")
         self.threads = threads
 
@@ -181,7 +183,7 @@ async def http_chat(session, base: str, body: dict[str, Any]) -> dict[str, Any]:
             raise RuntimeError(f"HTTP {resp.status}: {data}")
     t1 = time.perf_counter()
     return {"latency": t1 - t0, "completion_tokens": data["usage"]["completion_tokens"],
-            "finish_reason": data["choices"][0]["finish_reason"]}
+            "finish_reason": data["choices"][0]["finish_reason"], "text": data["choices"][0]["message"]["content"]}
 
 
 async def http_chat_stream(session, base: str, body: dict[str, Any]) -> dict[str, Any]:

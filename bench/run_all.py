@@ -21,11 +21,13 @@ HERE = Path(__file__).resolve().parent
 BENCHMARKS = {
     "proxy_overhead": [],
     "generation_throughput": [],
+    "learning_latency": [],
 }
 
 QUICK = {
     "proxy_overhead": ["--requests", "32", "--rounds", "2"],
     "generation_throughput": ["--concurrency", "1,8", "--max-tokens", "32", "--waves", "1"],
+    "learning_latency": ["--quick"],
 }
 
 

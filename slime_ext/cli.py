@@ -51,6 +51,8 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lora-rank", type=int, help=f"LoRA rank; 0 trains full weights [{d.lora_rank}]")
     p.add_argument("--lr", type=float, help=f"learning rate [{d.lr:g}]")
     p.add_argument("--max-staleness", type=int, help=f"drop turns sampled more than this many versions ago [{d.max_staleness}]")
+    p.add_argument("--baseline", choices=["none", "running"],
+                   help=f"advantage baseline: none (advantage = verdict) or running (minus an EMA of earlier verdicts) [{d.baseline}]")
     p.add_argument("--kl-coef", type=float, help=f"weight of the KL penalty to the initial policy; 0: off [{d.kl_coef:g}]")
     p.add_argument("--status-interval-s", type=float,
                    help=f"seconds between status-line updates (a log line when not on a terminal); 0: off [{d.status_interval_s:g}]")

@@ -41,13 +41,14 @@ class ServeConfig:
     judge_votes: int = 0  # 0: the backend's default (3 for model judges, 1 for the heuristic)
     judge_timeout_s: float = 60.0
     judge_concurrency: int = 4
-    # learning (issue 3): "none" (serve and record only) or "binary" (Binary RL in a trainer process)
-    method: str = "none"
+    # learning: "binary" (Binary RL in a trainer process) or "none" (serve and record only)
+    method: str = "binary"
     batch_size: int = 4
     lora_rank: int = 16  # 0: full weights
     lr: float = 1e-4
     max_staleness: int = 4
     kl_coef: float = 0.0  # KL to the initial policy (the base model); 0: off
+    baseline: str = "none"  # advantage baseline: "none" (advantage = verdict) or "running" (EMA of verdicts)
 
     def trainer_config(self):
         """The trainer's settings, taken from these."""
@@ -55,7 +56,8 @@ class ServeConfig:
         from slime_ext.trainers.loop import TrainerConfig
 
         return TrainerConfig(batch_size=self.batch_size, lr=self.lr, lora_rank=self.lora_rank,
-                             max_staleness=self.max_staleness, loss=PolicyLossConfig(kl_coef=self.kl_coef))
+                             max_staleness=self.max_staleness, baseline=self.baseline,
+                             loss=PolicyLossConfig(kl_coef=self.kl_coef))
 
     def resolved_run_dir(self) -> Path:
         return Path(self.run_dir or os.path.join("runs", time.strftime("%Y%m%d-%H%M%S")))
@@ -87,6 +89,8 @@ class ServeConfig:
         for name in ("batch_size", "judge_concurrency"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.baseline not in ("none", "running"):
+            raise ValueError(f"baseline {self.baseline!r}: expected none or running")
         if self.lora_rank < 0 or self.max_staleness < 0 or self.lr <= 0:
             raise ValueError("lora_rank and max_staleness must be >= 0 and lr > 0")
         return self

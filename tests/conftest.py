@@ -1,4 +1,9 @@
-"""Shared fixtures: a real `openclaw-rl serve` process on a free port, driven over HTTP."""
+"""Shared fixtures: a real `openclaw-rl serve` process on a free port, driven over HTTP.
+
+Servers here run with ``--method none`` unless a test asks for learning (``extra=["--method",
+"binary", ...]``; the last flag wins): serving tests should not have a trainer swapping weights
+under them.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +13,13 @@ import pytest
 
 from slime_ext.launch import ServerProcess, free_port  # noqa: F401  (re-exported for tests)
 
+SERVING_ONLY = ["--method", "none"]
+
 
 @pytest.fixture(scope="module")
 def tiny_server(tmp_path_factory):
     """One tiny-model server shared by a test module."""
-    srv = ServerProcess(tmp_path_factory.mktemp("run") / "run").start()
+    srv = ServerProcess(tmp_path_factory.mktemp("run") / "run", extra=SERVING_ONLY).start()
     yield srv
     srv.stop()
 
@@ -23,7 +30,7 @@ def make_server(tmp_path):
     started: list[ServerProcess] = []
 
     def make(model: str = "tiny", extra: list[str] | None = None, run_dir: Path | None = None, env: dict | None = None):
-        srv = ServerProcess(run_dir or tmp_path / f"run{len(started)}", model, extra, env)
+        srv = ServerProcess(run_dir or tmp_path / f"run{len(started)}", model, [*SERVING_ONLY, *(extra or [])], env)
         started.append(srv)
         return srv.start()
 

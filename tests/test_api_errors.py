@@ -503,7 +503,7 @@ def http():
 def restricted_server(tmp_path_factory):
     """`--api-key secret --context-length 64`: for the auth and context-length cases."""
     srv = ServerProcess(tmp_path_factory.mktemp("restricted") / "run",
-                        extra=["--api-key", API_KEY, "--context-length", str(CTX)]).start()
+                        extra=["--method", "none", "--api-key", API_KEY, "--context-length", str(CTX)]).start()
     yield srv
     srv.stop()
 

@@ -123,3 +123,23 @@ def test_kl_to_the_initial_policy_uses_the_adapter_disabled_model_and_holds_it_b
                 assert torch.allclose(teacher_forced_logprobs(trainer.model, p + r, len(p)), before, atol=1e-5)
         drift[kl_coef] = float((after - before).abs().sum())
     assert drift[5.0] < drift[0.0]
+
+
+def test_running_baseline_comes_from_earlier_batches_and_survives_a_restart(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from slime_ext.trainers.loop import wrap_lora
+
+    model_dir, base, store, _, _ = setup(tmp_path)
+    cfg = TrainerConfig(batch_size=4, lr=1e-3, lora_rank=4, lora_alpha=8, baseline="running")
+    trainer = BinaryRLTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg)
+    verdicts = [t["verdict"] for t in store.trainable_turns(4)]  # the order the trainer takes them
+    assert trainer.step()["baseline"] == 0.0  # no earlier verdicts
+    ema = float(verdicts[0])
+    for v in verdicts[1:]:
+        ema = 0.9 * ema + 0.1 * v
+    fresh = BinaryRLTrainer(wrap_lora(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), cfg),
+                            store, tmp_path / "run", cfg)
+    fresh.resume()
+    store.mark_trained([(s, 0) for s in ("good1", "bad1", "good2", "bad2")], None)
+    assert abs(fresh.step()["baseline"] - ema) < 1e-9

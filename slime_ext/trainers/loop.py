@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from slime_ext.algorithms import PolicyLossConfig, staleness_filter
+from slime_ext.algorithms import PolicyLossConfig, RunningBaseline, staleness_filter
 from slime_ext.trainers.step import Batch, response_logprobs, train_step
 from slime_ext.types import Sample
 
@@ -35,6 +35,7 @@ class TrainerConfig:
     lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
                                                              "gate_proj", "up_proj", "down_proj"])
     max_staleness: int = 4
+    baseline: str = "none"  # "none" or "running" (EMA of earlier verdicts; see algorithms/advantages.py)
     micro_batch_size: int = 4
     loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
 
@@ -103,6 +104,9 @@ class BinaryRLTrainer:
         self.checkpoints = Path(run_dir) / "checkpoints"
         self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.lr)
         self.reference = initial_policy(model, config)
+        if config.baseline not in ("none", "running"):
+            raise ValueError(f"baseline {config.baseline!r}: expected none or running")
+        self.baseline = RunningBaseline() if config.baseline == "running" else None
 
     def step(self) -> dict[str, Any] | None:
         """Train once if ``batch_size`` usable turns are waiting; returns the step's metrics."""
@@ -120,9 +124,14 @@ class BinaryRLTrainer:
             return None
         started = time.perf_counter()
         samples = [turn_to_sample(r) for r in usable]
+        baseline = self.baseline.value if self.baseline else 0.0  # from earlier batches only: unbiased
         metrics = train_step(self.model, self.optimizer, samples, self.config.loss,
                              micro_batch_size=self.config.micro_batch_size, pad_id=self.pad_id,
-                             reference=self.reference)
+                             reference=self.reference, baseline=baseline)
+        if self.baseline:
+            for r in usable:
+                self.baseline.update(r["verdict"])
+        metrics["baseline"] = baseline
         metrics.update(turns=len(usable), reward_mean=sum(r["verdict"] for r in usable) / len(usable),
                        response_tokens=sum(len(r["response_token_ids"]) for r in usable),
                        staleness_mean=sum(self.version - r["policy_version"] for r in usable) / len(usable),
@@ -142,7 +151,8 @@ class BinaryRLTrainer:
         tmp.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(tmp)  # a peft adapter, or full weights
         torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
-        state = {"version": self.version, "turns": keys, "metrics": metrics or {}, "saved_at": time.time()}
+        state = {"version": self.version, "turns": keys, "metrics": metrics or {}, "saved_at": time.time(),
+                 "baseline": vars(self.baseline) if self.baseline else None}
         (tmp / "trainer_state.json").write_text(json.dumps(state))
         tmp.rename(final)
         return final
@@ -169,5 +179,7 @@ class BinaryRLTrainer:
         self.load_weights(path)
         self.store.mark_trained([tuple(k) for k in state["turns"]], state["version"])
         self.optimizer.load_state_dict(torch.load(path / "optimizer.pt"))
+        if self.baseline and state.get("baseline"):
+            self.baseline = RunningBaseline(**state["baseline"])
         self.version = state["version"]
         return self.version

@@ -23,7 +23,7 @@ from slime_ext.trainers.loop import latest_checkpoint
 log = logging.getLogger(__name__)
 
 
-def trainer_main(model: str, run_dir: str, config: dict[str, Any], poll_s: float = 1.0, threads: int = 1) -> None:
+def trainer_main(model: str, run_dir: str, config: dict[str, Any], poll_s: float = 0.25, threads: int = 1) -> None:
     """Entry point of the trainer process: resume, then train whenever a batch is ready."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
@@ -82,7 +82,7 @@ class CheckpointWatcher:
     loss, staleness, ...), for ``/healthz`` and ``/metrics``.
     """
 
-    def __init__(self, engine, run_dir: str | Path, poll_s: float = 0.5) -> None:
+    def __init__(self, engine, run_dir: str | Path, poll_s: float = 0.25) -> None:
         self.engine = engine
         self.run_dir = Path(run_dir)
         self.poll_s = poll_s

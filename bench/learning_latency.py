@@ -1,0 +1,185 @@
+"""Serving while learning: latency idle vs while the trainer trains, swap time, train-step time,
+and the time from the user's feedback to a served policy version that has trained on it.
+
+One real server (``serve --method binary``, heuristic judge) in a subprocess:
+  1. idle: sequential streaming probes (one user, no feedback, so nothing to train on);
+  2. backlog: ``--backlog`` two-turn conversations whose second message thanks or corrects the
+     first answer; each gets judged and the trainer works through them in batches;
+  3. training: the same probes again while at least one batch waits to be trained on
+     (``waiting_to_train >= batch size`` in /healthz), i.e. while the trainer is busy;
+  4. feedback -> served: with the backlog drained, ``--cycles`` times send one batch of feedback
+     conversations and time from the last feedback message to /healthz reporting the next
+     policy version (judge + train step + checkpoint + swap).
+Train-step times come from the trainer's scalars (``scalars/scalars.csv``), swap times from the
+server log. Prints Markdown tables and writes ``bench/results/learning_latency.json``. Nothing is
+asserted.
+
+  python bench/learning_latency.py                          # smollm2-135m, LoRA rank 16
+  python bench/learning_latency.py --model tiny --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import aiohttp  # noqa: E402
+from _common import (  # noqa: E402
+    Server,
+    chat_body,
+    env_info,
+    http_chat,
+    http_chat_stream,
+    main_of,
+    md_table,
+    summary,
+)
+
+GOOD = ["Thanks, that's perfect!", "Great, thank you!", "Perfect, thanks."]
+BAD = ["No, that's wrong. Try again.", "That's not what I asked.", "Wrong, redo it."]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--probes", type=int, default=20, help="probe requests per phase")
+    p.add_argument("--backlog", type=int, default=40, help="feedback conversations that give the trainer work")
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--lora-rank", type=int, default=16)
+    p.add_argument("--max-tokens", type=int, default=16)
+    p.add_argument("--cycles", type=int, default=3, help="feedback -> served measurements")
+    p.add_argument("--quick", action="store_true", help="fewer probes and a smaller backlog")
+    p.add_argument("--out", help="JSON path [bench/results/learning_latency.json]")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.probes, args.backlog, args.cycles = 8, 16, 2
+    return args
+
+
+async def health(session, base):
+    async with session.get(base + "/healthz") as r:
+        return await r.json()
+
+
+async def probe(session, srv, i, max_tokens):
+    msgs = [{"role": "user", "content": f"Probe {i}: name one fruit and say why you like it."}]
+    return await http_chat_stream(session, srv.base, chat_body("m", msgs, max_tokens, 0.0, True, seed=i))
+
+
+async def conversation(session, srv, i, max_tokens):
+    u = {"role": "user", "content": f"Question {i}: tell me a short fact about the number {i}."}
+    first = await http_chat(session, srv.base, chat_body("m", [u], max_tokens, 1.0, False, seed=i))
+    feedback = (GOOD if i % 2 == 0 else BAD)[i % 3]
+    reply = {"role": "assistant", "content": first["text"]}
+    await http_chat(session, srv.base, chat_body("m", [u, reply, {"role": "user", "content": feedback}],
+                                                 max_tokens, 1.0, False, seed=1000 + i))
+
+
+async def run(args):
+    env = env_info()
+    extra = ["--method", "binary", "--batch-size", str(args.batch_size), "--lora-rank", str(args.lora_rank),
+             "--status-interval-s", "0", "--log-level", "info"]
+    srv = Server(args.model, extra=extra, keep_run_dir=True)
+    srv.start()
+    out = {"env": env, "model": args.model, "batch_size": args.batch_size, "lora_rank": args.lora_rank,
+           "max_tokens": args.max_tokens, "server_startup_s": srv.startup_s}
+    timeout = aiohttp.ClientTimeout(total=600)
+    try:
+        deadline = time.time() + 300
+        while "trainer: ready" not in srv.log_tail(100000):  # the trainer process has loaded its model
+            if time.time() > deadline:
+                raise RuntimeError("the trainer did not start:\n" + srv.log_tail())
+            await asyncio.sleep(0.5)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            print(f"idle: {args.probes} probes...", file=sys.stderr)
+            idle = [await probe(session, srv, i, args.max_tokens) for i in range(args.probes)]
+
+            print(f"backlog: {args.backlog} feedback conversations...", file=sys.stderr)
+            sem = asyncio.Semaphore(4)
+
+            async def one(i):
+                async with sem:
+                    await conversation(session, srv, i, args.max_tokens)
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(one(i) for i in range(args.backlog)))
+            out["backlog_s"] = time.perf_counter() - t0
+
+            print("training: probes while a batch waits...", file=sys.stderr)
+            busy, v0 = [], (await health(session, srv.base))["policy_version"]
+            for i in range(args.probes):
+                before = await health(session, srv.base)
+                if before["waiting_to_train"] < args.batch_size:
+                    break
+                busy.append(await probe(session, srv, 10_000 + i, args.max_tokens))
+            out["versions_during_training_probes"] = (await health(session, srv.base))["policy_version"] - v0
+
+            # drain what is left, then time feedback -> served version
+            deadline = time.time() + 900
+            while (await health(session, srv.base))["waiting_to_train"] >= args.batch_size:
+                if time.time() > deadline:
+                    raise RuntimeError("the trainer did not drain its backlog in 15 min")
+                await asyncio.sleep(0.5)
+            cycles = []
+            for c in range(args.cycles):
+                h = await health(session, srv.base)
+                short = args.batch_size - h["waiting_to_train"]  # conversations that complete one batch
+                version = h["policy_version"]
+                for k in range(short):
+                    await conversation(session, srv, 50_000 + 100 * c + k, args.max_tokens)
+                t_feedback = time.perf_counter()
+                judged_at = None
+                while True:
+                    h = await health(session, srv.base)
+                    now = time.perf_counter() - t_feedback
+                    if judged_at is None and (h["waiting_to_train"] >= args.batch_size or h["policy_version"] > version):
+                        judged_at = now
+                    if h["policy_version"] > version:
+                        cycles.append({"feedback_to_served_s": now, "judged_s": judged_at})
+                        break
+                    if now > 600:
+                        raise RuntimeError("no new version 10 min after feedback")
+                    await asyncio.sleep(0.05)
+        steps = [float(r["value"]) for r in csv.DictReader(open(srv.run_dir / "scalars" / "scalars.csv"))
+                 if r["tag"] == "train/step_s"]
+        swaps = [float(x) for x in re.findall(r"swap took ([0-9.]+) s", srv.log_tail(10_000_000))]
+    finally:
+        srv.stop()
+    out.update(
+        idle={"latency": summary([r["latency"] for r in idle]), "ttft": summary([r["ttft"] for r in idle])},
+        training={"latency": summary([r["latency"] for r in busy]), "ttft": summary([r["ttft"] for r in busy])},
+        train_step_s=summary(steps), swap_s=summary(swaps),
+        feedback_to_served_s=summary([c["feedback_to_served_s"] for c in cycles]), cycles=cycles,
+    )
+    out["env"]["loadavg_end"] = os.getloadavg()
+    return out
+
+
+def report(r) -> str:
+    rows = []
+    for metric in ("latency", "ttft"):
+        i, t = r["idle"][metric], r["training"][metric]
+        rows.append([metric, i["n"], i["p50"], i["p99"], t["n"], t["p50"], t["p99"], t["p50"] / i["p50"], t["p99"] / i["p99"]])
+    text = [f"## Serving while learning ({r['model']}, LoRA rank {r['lora_rank']}, batch {r['batch_size']}, "
+            f"{r['max_tokens']} tokens per probe, seconds)", "",
+            md_table(["probe", "idle n", "idle p50", "idle p99", "training n", "training p50", "training p99",
+                      "p50 ratio", "p99 ratio"], rows), "",
+            f"{r['versions_during_training_probes']} versions were published during the training probes.", ""]
+    rows = [[name, r[key]["n"], r[key]["p50"], r[key]["max"]] for name, key in
+            (("train step", "train_step_s"), ("weight swap", "swap_s"), ("feedback -> served version", "feedback_to_served_s"))]
+    text += [md_table(["", "n", "p50 (s)", "max (s)"], rows), "",
+             f"Server started in {r['server_startup_s']:.1f} s; load average {tuple(round(x, 2) for x in r['env']['loadavg'])} "
+             f"at start, {tuple(round(x, 2) for x in r['env']['loadavg_end'])} at end, {r['env']['cpu_count']} CPUs."]
+    return "\n".join(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main_of("learning_latency", parse_args, run, report))
