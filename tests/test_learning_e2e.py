@@ -59,3 +59,38 @@ def test_feedback_is_judged_trained_and_swapped_in_and_a_restart_resumes(make_se
     assert again.health()["policy_version"] == 2  # the latest checkpoint is served after the restart
     after = [t for s in again.records()["sessions"] for t in s["turns"]]
     assert sum(t["trained_in_version"] is not None for t in after) == 4  # nothing retrained or lost
+
+
+def test_kill_mid_run_then_restart_trains_every_turn_exactly_once(make_server, tmp_path):
+    """kill -9 while judged turns still wait for training; the restarted server finishes them.
+
+    On smollm2-135m a training step takes seconds, so the kill lands mid-run; the old trainer
+    finishes its step and exits, and the new one waits for it (the run directory's trainer lock).
+    """
+    run_dir = tmp_path / "crash"
+    args = ["--method", "binary", "--batch-size", "2", "--lora-rank", "4", "--lr", "1e-3", "--max-staleness", "100"]
+    srv = make_server("smollm2-135m", extra=args, run_dir=run_dir)
+    feedback = ["Thanks!", "No, wrong.", "Perfect, thank you.", "That's not what I asked."]
+    for i in range(12):
+        u = {"role": "user", "content": f"crash question {i}"}
+        reply = chat(srv, [u], seed=i)
+        chat(srv, [u, {"role": "assistant", "content": reply}, {"role": "user", "content": feedback[i % 4]}], seed=100 + i)
+    wait(lambda: srv.health()["policy_version"] >= 1)
+    before = srv.health()
+    srv.kill9()
+    assert before["trained_turns"] < 12  # killed mid-run: turns were still waiting
+    again = make_server("smollm2-135m", extra=args, run_dir=run_dir)
+    wait(lambda: again.health()["trained_turns"] == 12, timeout=240)
+    turns = {(s["id"], t["index"]): t for s in again.records()["sessions"] for t in s["turns"]}
+    assert len(turns) == 24  # every recorded turn survived the crash
+    judged = {k: t for k, t in turns.items() if t["verdict"] is not None}
+    assert len(judged) == 12 and all(t["trained_in_version"] is not None for t in judged.values())
+    # each checkpoint lists the turns it trained on: no turn in two versions, and the store agrees
+    seen: dict[tuple[str, int], int] = {}
+    for state in sorted((run_dir / "checkpoints").glob("v*/trainer_state.json")):
+        data = json.loads(state.read_text())
+        for sid, idx in data["turns"]:
+            assert (sid, idx) not in seen, f"turn {sid}/{idx} trained in versions {seen[(sid, idx)]} and {data['version']}"
+            seen[(sid, idx)] = data["version"]
+    assert seen == {k: t["trained_in_version"] for k, t in judged.items()}
+    assert again.health()["policy_version"] == max(seen.values()) == 6

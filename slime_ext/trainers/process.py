@@ -2,13 +2,16 @@
 
 The server and the trainer share only the run directory: the trainer reads judged turns from the
 store and writes ``checkpoints/v<N>``; the server's ``CheckpointWatcher`` swaps each new version
-into the engine. A separate process keeps training's Python work off the serving process's GIL,
+into the engine. One trainer per run directory: it holds an exclusive lock (``trainer.lock``), so
+after a crash the restarted server's trainer waits for the old one to finish its step and exit
+instead of training the same turns a second time. A separate process keeps training's Python work off the serving process's GIL,
 and it computes with one thread so serving keeps the other core(s).
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import logging
 import multiprocessing
@@ -36,6 +39,12 @@ def trainer_main(model: str, run_dir: str, config: dict[str, Any], poll_s: float
     from slime_ext.trainers.scalars import ScalarWriter
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s trainer: %(message)s")
+    lock = open(Path(run_dir) / "trainer.lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log.info("another trainer holds %s (the previous server's, finishing its step): waiting", lock.name)
+        fcntl.flock(lock, fcntl.LOCK_EX)
     torch.set_num_threads(threads)
     cfg = TrainerConfig(**{**config, "loss": PolicyLossConfig(**config.get("loss", {}))})
     model = AutoModelForCausalLM.from_pretrained(str(resolve_model(model, progress=log.info)), dtype=torch.float32)
