@@ -26,6 +26,8 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, help=f"port [{d.port}]")
     p.add_argument("--run-dir", help="where records go [runs/<timestamp>]; reuse one to resume")
     p.add_argument("--api-key", help="require this bearer key (also $OPENCLAW_RL_API_KEY, $SGLANG_API_KEY)")
+    p.add_argument("--user-key", action="append", metavar="NAME=KEY", dest="user_key_pairs",
+                   help="a per-user API key (repeatable): requests with KEY are that user's turns and metrics")
     p.add_argument("--served-model-name", help="model id reported by /v1/models [the --model value]")
     p.add_argument("--dtype", choices=["auto", "bfloat16", "float32"],
                    help=f"engine dtype; auto: bfloat16 where the CPU has native bf16, else float32 [{d.dtype}]")
@@ -65,6 +67,11 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
         v = getattr(args, f.name, None)
         if v is not None:
             data[f.name] = v
+    for pair in getattr(args, "user_key_pairs", None) or []:
+        name, sep, key = pair.partition("=")
+        if not sep or not name or not key:
+            raise ValueError("--user-key expects NAME=KEY with both parts non-empty")  # never echo a key
+        data.setdefault("user_keys", {})[name] = key
     return ServeConfig.from_mapping(data, args.config or "command line")
 
 

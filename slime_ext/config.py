@@ -18,6 +18,7 @@ class ServeConfig:
     port: int = 30000
     run_dir: str = ""  # default: runs/<timestamp>
     api_key: str = ""  # also OPENCLAW_RL_API_KEY or SGLANG_API_KEY
+    user_keys: dict[str, str] = field(default_factory=dict)  # per-user API keys: {user name: key}
     served_model_name: str = ""  # the id /v1/models reports; default: the --model value
     dtype: str = "auto"  # bfloat16 on CPUs with native bf16, else float32
     threads: int = 0  # 0: all cores
@@ -89,6 +90,9 @@ class ServeConfig:
         for name in ("batch_size", "judge_concurrency"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not isinstance(self.user_keys, dict) or not all(isinstance(k, str) and isinstance(v, str) and k and v
+                                                           for k, v in self.user_keys.items()):
+            raise ValueError("user_keys must map user names to non-empty API keys")
         if self.baseline not in ("none", "running"):
             raise ValueError(f"baseline {self.baseline!r}: expected none or running")
         if self.lora_rank < 0 or self.max_staleness < 0 or self.lr <= 0:

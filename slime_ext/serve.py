@@ -35,7 +35,7 @@ def build_server(cfg: ServeConfig):
         ephemeral_markers=cfg.ephemeral_markers, submit=store.submit,
     )
     settings = ServerSettings(
-        model_name=cfg.served_model_name or cfg.model, api_keys=cfg.api_keys(),
+        model_name=cfg.served_model_name or cfg.model, api_keys=cfg.api_keys(), user_keys=dict(cfg.user_keys),
         max_body_bytes=int(cfg.max_body_mb * 1024 * 1024), max_tokens_cap=cfg.max_tokens_cap,
         default_max_tokens=cfg.default_max_tokens,
     )
@@ -72,7 +72,7 @@ def run_server(cfg: ServeConfig) -> None:
     run_dir = cfg.resolved_run_dir()
     cfg.run_dir = str(run_dir)
     server = build_server(cfg)
-    if cfg.host not in ("127.0.0.1", "localhost", "::1") and not server.settings.api_keys:
+    if cfg.host not in ("127.0.0.1", "localhost", "::1") and not (server.settings.api_keys or cfg.user_keys):
         log.warning("binding %s without an API key: anyone who can reach this port can use the model", cfg.host)
 
     from slime_ext.trainers.process import start_trainer_process

@@ -3,6 +3,7 @@
 import json
 import sqlite3
 import time
+import urllib.error
 import urllib.request
 
 from slime_ext.store import SCHEMA, Store, export_records
@@ -77,3 +78,33 @@ def test_self_judge_votes_come_from_the_served_engine(make_server):
     assert turn["votes"] == [None, None] and turn["verdict"] == 0  # random weights never write \boxed{}
     texts = [r[0] for r in sqlite3.connect(srv.run_dir / "records.sqlite").execute("SELECT text FROM votes")]
     assert len(texts) == 2 and all(t and not t.startswith("abstained") for t in texts)
+
+
+def test_per_user_keys_name_the_user_of_turns_and_metrics(make_server):
+    srv = make_server(extra=["--user-key", "alice=key-a", "--user-key", "bob=key-b"])
+
+    def chat_as(key, messages):
+        body = json.dumps({"model": "m", "messages": messages, "max_tokens": 4, "seed": 1}).encode()
+        req = urllib.request.Request(srv.url + "/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return json.loads(r.read())["choices"][0]["message"]["content"]
+
+    for key, first, feedback in (("key-a", "alice asks", "Thanks, perfect!"), ("key-b", "bob asks", "No, that's wrong.")):
+        u = {"role": "user", "content": first}
+        reply = chat_as(key, [u])
+        chat_as(key, [u, {"role": "assistant", "content": reply}, {"role": "user", "content": feedback}])
+    judged = wait_for_verdicts(srv, 2)
+    assert {(t["verdict"]) for t in judged} == {1, -1}
+    assert {s["user"] for s in srv.records()["sessions"]} == {"alice", "bob"}
+    req = urllib.request.Request(srv.base + "/metrics", headers={"Authorization": "Bearer key-a"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        metrics = r.read().decode()
+    assert 'openclaw_user_verdict_mean{user="alice"} 1' in metrics
+    assert 'openclaw_user_verdict_mean{user="bob"} -1' in metrics
+    try:
+        chat_as("key-c", [{"role": "user", "content": "who?"}])
+        raise AssertionError("an unknown key was accepted")
+    except urllib.error.HTTPError as e:
+        assert e.code == 401
+    assert "key-a" not in srv.log_tail(10**6) and "key-b" not in srv.log_tail(10**6)  # keys are never logged

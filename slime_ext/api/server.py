@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 class ServerSettings:
     model_name: str
     api_keys: tuple[str, ...] = ()
+    user_keys: dict[str, str] | None = None  # user name -> that user's API key (also accepted)
     max_body_bytes: int = 8 * 1024 * 1024
     max_tokens_cap: int = 1024  # the most new tokens one response may take
     default_max_tokens: int = 512  # when the request names none
@@ -107,11 +108,16 @@ class ChatServer:
 
     @web.middleware
     async def _auth_middleware(self, request: web.Request, handler):
-        if self.settings.api_keys and request.path != "/healthz":
+        users = self.settings.user_keys or {}
+        if (self.settings.api_keys or users) and request.path != "/healthz":
             given = request.headers.get("Authorization", "")
             token = given[7:].strip() if given[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
             # aiohttp decodes header bytes that are not UTF-8 to surrogates: compare bytes, never fail on them
-            if not any(hmac.compare_digest(token.encode("utf-8", "surrogateescape"), k.encode()) for k in self.settings.api_keys):
+            raw = token.encode("utf-8", "surrogateescape")
+            named = [name for name, k in users.items() if hmac.compare_digest(raw, k.encode())]
+            if named:
+                request["key_user"] = named[0]
+            elif not any(hmac.compare_digest(raw, k.encode()) for k in self.settings.api_keys):
                 raise ApiError("invalid or missing API key (send 'Authorization: Bearer <key>')", status=401,
                                type="authentication_error", code="invalid_api_key")
         return await handler(request)
@@ -201,7 +207,8 @@ class ChatServer:
         sampling = SamplingParams(
             temperature=req.temperature, top_p=req.top_p, max_new_tokens=max_new, seed=req.seed, stop_token_ids=self.stop_ids
         )
-        user = req.user or _key_identity(request)
+        # the user a per-user key names, else the request's `user` field, else a hash of its key
+        user = request.get("key_user") or req.user or _key_identity(request)
         headers = {k.lower(): v for k, v in request.headers.items() if k.lower().startswith("x-")}
         try:  # the session id is stored: aiohttp turns bytes that are not UTF-8 into surrogates it cannot encode
             headers.get("x-session-id", "").encode("utf-8")
