@@ -1,15 +1,18 @@
 """Serving while learning: latency idle vs while the trainer trains, swap time, train-step time,
 and the time from the user's feedback to a served policy version that has trained on it.
 
-One real server (``serve --method binary``, heuristic judge) in a subprocess:
-  1. idle: sequential streaming probes (one user, no feedback, so nothing to train on);
-  2. backlog: ``--backlog`` two-turn conversations whose second message thanks or corrects the
-     first answer; each gets judged and the trainer works through them in batches;
-  3. training: the same probes again while at least one batch waits to be trained on
-     (``waiting_to_train >= batch size`` in /healthz), i.e. while the trainer is busy;
-  4. feedback -> served: with the backlog drained, ``--cycles`` times send one batch of feedback
+Real servers in subprocesses, on one run directory, heuristic judge:
+  1. backlog: a ``--method none`` server (the engine on the same thread count as below) records
+     ``--backlog`` two-turn conversations whose second message thanks or corrects the first
+     answer; they get judged, and nothing trains;
+  2. training: a ``--method binary`` server on that run directory; its trainer works through the
+     backlog in batches, and sequential streaming probes (one user, no feedback, so nothing new
+     to train on) are timed while at least one batch waits (``waiting_to_train >= batch size``
+     in /healthz), i.e. while the trainer is busy;
+  3. feedback -> served: with the backlog drained, ``--cycles`` times send one batch of feedback
      conversations and time from the last feedback message to /healthz reporting the next
-     policy version (judge + train step + checkpoint + swap).
+     policy version (judge + train step + checkpoint + swap);
+  4. idle: the same probes on the same server, the trainer idle.
 Train-step times come from the trainer's scalars (``scalars/scalars.csv``), swap times from the
 server log. Prints Markdown tables and writes ``bench/results/learning_latency.json``. Nothing is
 asserted.
@@ -85,34 +88,43 @@ async def conversation(session, srv, i, max_tokens):
 
 async def run(args):
     env = env_info()
-    extra = ["--method", "binary", "--batch-size", str(args.batch_size), "--lora-rank", str(args.lora_rank),
-             "--status-interval-s", "0", "--log-level", "info"]
-    srv = Server(args.model, extra=extra, keep_run_dir=True)
-    srv.start()
+    threads = str(max(1, (os.cpu_count() or 1) - 1))  # what --method binary gives the engine
+    common = ["--batch-size", str(args.batch_size), "--lora-rank", str(args.lora_rank), "--threads", threads,
+              "--status-interval-s", "0", "--log-level", "info"]
     out = {"env": env, "model": args.model, "batch_size": args.batch_size, "lora_rank": args.lora_rank,
-           "max_tokens": args.max_tokens, "server_startup_s": srv.startup_s}
+           "max_tokens": args.max_tokens, "engine_threads": int(threads)}
     timeout = aiohttp.ClientTimeout(total=600)
+    recorder = Server(args.model, extra=["--method", "none", *common], keep_run_dir=True)
+    recorder.start()
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            print(f"backlog: {args.backlog} feedback conversations (not training)...", file=sys.stderr)
+            sem = asyncio.Semaphore(4)
+
+            async def one(i):
+                async with sem:
+                    await conversation(session, recorder, i, args.max_tokens)
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(one(i) for i in range(args.backlog)))
+            while (await health(session, recorder.base))["judged_turns"] < args.backlog:
+                await asyncio.sleep(0.2)
+            out["backlog_s"] = time.perf_counter() - t0
+    finally:
+        recorder.stop()
+
+    srv = Server(args.model, extra=["--method", "binary", *common], port=None)
+    srv.tmp, srv.run_dir = recorder.tmp, recorder.run_dir  # the same run: the backlog waits there
+    srv.log_path = recorder.tmp / "serve-learning.log"
+    srv.start()
+    out["server_startup_s"] = srv.startup_s
     try:
         deadline = time.time() + 300
         while "trainer: ready" not in srv.log_tail(100000):  # the trainer process has loaded its model
             if time.time() > deadline:
                 raise RuntimeError("the trainer did not start:\n" + srv.log_tail())
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.2)
         async with aiohttp.ClientSession(timeout=timeout) as session:
-            print(f"idle: {args.probes} probes...", file=sys.stderr)
-            idle = [await probe(session, srv, i, args.max_tokens) for i in range(args.probes)]
-
-            print(f"backlog: {args.backlog} feedback conversations...", file=sys.stderr)
-            sem = asyncio.Semaphore(4)
-
-            async def one(i):
-                async with sem:
-                    await conversation(session, srv, i, args.max_tokens)
-
-            t0 = time.perf_counter()
-            await asyncio.gather(*(one(i) for i in range(args.backlog)))
-            out["backlog_s"] = time.perf_counter() - t0
-
             print("training: probes while a batch waits...", file=sys.stderr)
             busy, v0 = [], (await health(session, srv.base))["policy_version"]
             for i in range(args.probes):
@@ -148,10 +160,13 @@ async def run(args):
                     if now > 600:
                         raise RuntimeError("no new version 10 min after feedback")
                     await asyncio.sleep(0.05)
+            print(f"idle: {args.probes} probes...", file=sys.stderr)
+            idle = [await probe(session, srv, i, args.max_tokens) for i in range(args.probes)]
         steps = [float(r["value"]) for r in csv.DictReader(open(srv.run_dir / "scalars" / "scalars.csv"))
                  if r["tag"] == "train/step_s"]
         swaps = [float(x) for x in re.findall(r"swap took ([0-9.]+) s", srv.log_tail(10_000_000))]
     finally:
+        srv.keep = False
         srv.stop()
     out.update(
         idle={"latency": summary([r["latency"] for r in idle]), "ttft": summary([r["ttft"] for r in idle])},

@@ -55,6 +55,9 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-staleness", type=int, help=f"drop turns sampled more than this many versions ago [{d.max_staleness}]")
     p.add_argument("--baseline", choices=["none", "running"],
                    help=f"advantage baseline: none (advantage = verdict) or running (minus an EMA of earlier verdicts) [{d.baseline}]")
+    p.add_argument("--keep-checkpoints", type=int,
+                   help=f"newest versions kept with weights and optimizer state; older ones keep only their "
+                        f"trainer_state.json; 0: keep all [{d.keep_checkpoints}]")
     p.add_argument("--kl-coef", type=float, help=f"weight of the KL penalty to the initial policy; 0: off [{d.kl_coef:g}]")
     p.add_argument("--status-interval-s", type=float,
                    help=f"seconds between status-line updates (a log line when not on a terminal); 0: off [{d.status_interval_s:g}]")

@@ -50,6 +50,7 @@ class ServeConfig:
     max_staleness: int = 4
     kl_coef: float = 0.0  # KL to the initial policy (the base model); 0: off
     baseline: str = "none"  # advantage baseline: "none" (advantage = verdict) or "running" (EMA of verdicts)
+    keep_checkpoints: int = 3  # versions kept with their weights; older ones keep their trainer state only; 0: all
 
     def trainer_config(self):
         """The trainer's settings, taken from these."""
@@ -58,6 +59,7 @@ class ServeConfig:
 
         return TrainerConfig(batch_size=self.batch_size, lr=self.lr, lora_rank=self.lora_rank,
                              max_staleness=self.max_staleness, baseline=self.baseline,
+                             keep_checkpoints=self.keep_checkpoints,
                              loss=PolicyLossConfig(kl_coef=self.kl_coef))
 
     def resolved_run_dir(self) -> Path:

@@ -2,6 +2,7 @@
 
 import asyncio
 
+import pytest
 import torch
 
 from slime_ext.engines.local import LocalEngine
@@ -45,11 +46,12 @@ def turns_by_session(store):
     return {s["id"]: s["turns"][0] for s in export_records(store.run_dir)["sessions"]}
 
 
-def test_step_trains_marks_drops_and_the_checkpoint_swaps_in(tmp_path):
+@pytest.mark.parametrize("lora_rank, lr", [(8, 5e-3), (0, 1e-3)], ids=["lora", "full-weights"])
+def test_step_trains_marks_drops_and_the_checkpoint_swaps_in(tmp_path, lora_rank, lr):
     from slime_ext.trainers.loop import wrap_lora
 
     model_dir, base, store, good, bad = setup(tmp_path)
-    cfg = TrainerConfig(batch_size=4, lr=5e-3, lora_rank=8, lora_alpha=16, max_staleness=4)
+    cfg = TrainerConfig(batch_size=4, lr=lr, lora_rank=lora_rank, lora_alpha=16, max_staleness=4)
     trainer = BinaryRLTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg)
     metrics = trainer.step()
     assert metrics["version"] == 1 and abs(metrics["ratio_mean"] - 1) < 1e-4  # on-policy first step
@@ -143,3 +145,19 @@ def test_running_baseline_comes_from_earlier_batches_and_survives_a_restart(tmp_
     fresh.resume()
     store.mark_trained([(s, 0) for s in ("good1", "bad1", "good2", "bad2")], None)
     assert abs(fresh.step()["baseline"] - ema) < 1e-9
+
+
+def test_old_checkpoints_keep_only_their_trainer_state(tmp_path):
+    from slime_ext.trainers.loop import wrap_lora
+
+    model_dir, base, store, _, _ = setup(tmp_path)
+    cfg = TrainerConfig(batch_size=4, lr=1e-3, lora_rank=4, lora_alpha=8, keep_checkpoints=2)
+    trainer = BinaryRLTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg)
+    for _ in range(4):
+        store.mark_trained([(s, 0) for s in ("good1", "bad1", "good2", "bad2")], None)
+        trainer.step()
+    files = {p.name: sorted(f.name for f in p.iterdir()) for p in sorted((tmp_path / "run" / "checkpoints").iterdir())}
+    assert list(files) == ["v000001", "v000002", "v000003", "v000004"]
+    assert files["v000001"] == files["v000002"] == ["trainer_state.json"]
+    assert {"adapter_model.safetensors", "optimizer.pt", "trainer_state.json"} <= set(files["v000004"])
+    assert set(files["v000003"]) == set(files["v000004"])

@@ -36,12 +36,16 @@ class TrainerConfig:
                                                              "gate_proj", "up_proj", "down_proj"])
     max_staleness: int = 4
     baseline: str = "none"  # "none" or "running" (EMA of earlier verdicts; see algorithms/advantages.py)
+    keep_checkpoints: int = 3  # newest versions kept whole; older ones keep only trainer_state.json (0: all)
     micro_batch_size: int = 4
     loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
 
 
 def latest_checkpoint(run_dir: str | Path) -> tuple[int, Path] | None:
-    """The newest complete checkpoint (``checkpoints/v<N>``; unfinished ones are ``.v<N>.tmp``)."""
+    """The newest complete checkpoint (``checkpoints/v<N>``; unfinished ones are ``.v<N>.tmp``).
+
+    Only the newest is guaranteed to hold weights: older ones may be pruned to their trainer state.
+    """
     done = sorted((Path(run_dir) / "checkpoints").glob("v*"))
     if not done:
         return None
@@ -141,6 +145,7 @@ class BinaryRLTrainer:
         keys = [(r["session_id"], r["idx"]) for r in usable]
         path = self.save(keys, metrics)
         self.store.mark_trained(keys, self.version)
+        self.prune()
         metrics.update(version=self.version, checkpoint=str(path))
         return metrics
 
@@ -156,6 +161,20 @@ class BinaryRLTrainer:
         (tmp / "trainer_state.json").write_text(json.dumps(state))
         tmp.rename(final)
         return final
+
+    def prune(self) -> None:
+        """Delete the weights and optimizer state of all but the newest ``keep_checkpoints`` versions.
+
+        Their ``trainer_state.json`` (the turns each version trained on, its metrics) stays as the
+        run's audit trail; resume and the server only ever read the newest version.
+        """
+        keep = self.config.keep_checkpoints
+        if keep <= 0:
+            return
+        for old in sorted(self.checkpoints.glob("v*"))[:-keep]:
+            for f in old.iterdir():
+                if f.name != "trainer_state.json":
+                    f.unlink()
 
     def load_weights(self, path: Path) -> None:
         """Load a checkpoint written by ``save`` (read the way the engine reads it for a swap)."""
