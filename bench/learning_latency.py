@@ -54,7 +54,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--probes", type=int, default=20, help="probe requests per phase")
-    p.add_argument("--backlog", type=int, default=40, help="feedback conversations that give the trainer work")
+    p.add_argument("--backlog", type=int, default=60, help="feedback conversations that give the trainer work")
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--lora-rank", type=int, default=16)
     p.add_argument("--max-tokens", type=int, default=16)
@@ -89,7 +89,9 @@ async def conversation(session, srv, i, max_tokens):
 async def run(args):
     env = env_info()
     threads = str(max(1, (os.cpu_count() or 1) - 1))  # what --method binary gives the engine
+    # the whole backlog is sampled by version 0: lift the staleness cap so none of it is dropped
     common = ["--batch-size", str(args.batch_size), "--lora-rank", str(args.lora_rank), "--threads", threads,
+              "--max-staleness", "1000000",
               "--status-interval-s", "0", "--log-level", "info"]
     out = {"env": env, "model": args.model, "batch_size": args.batch_size, "lora_rank": args.lora_rank,
            "max_tokens": args.max_tokens, "engine_threads": int(threads)}

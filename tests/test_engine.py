@@ -206,3 +206,24 @@ async def test_frozen_base_rows_ignore_the_adapter_while_policy_rows_use_it(mode
         assert len(await run(eng, ps[0])) == 12
     finally:
         await eng.close()
+
+
+async def test_an_adapter_replaces_the_previous_one_even_on_fewer_modules(model_dir):
+    """Modules the new adapter does not touch go back to their base weights."""
+    ids = prompts(1, 30)[0]
+    one = LocalEngine(model_dir, dtype="float32", threads=1)
+    fresh = LocalEngine(model_dir, dtype="float32", threads=1)
+    try:
+        base = await one.score(ids, 10)
+        await one.swap(random_lora(one.model, 1), 1)
+        small = random_lora(one.model, 2, modules=("model.layers.1.mlp.down_proj",))
+        await one.swap(small, 2)
+        await fresh.swap(small, 1)
+        got, want = await one.score(ids, 10), await fresh.score(ids, 10)
+        assert max(abs(a - b) for a, b in zip(got, want)) < 1e-5
+        assert max(abs(a - b) for a, b in zip(got, base)) > 1e-2  # the small adapter does change the model
+        await one.swap({}, 3)  # an empty full-weight update: the last merged weights become the base
+        assert max(abs(a - b) for a, b in zip(await one.score(ids, 10), want)) < 1e-5
+    finally:
+        await one.close()
+        await fresh.close()

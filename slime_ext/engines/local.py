@@ -9,8 +9,11 @@ One worker thread owns the model. Each loop iteration it
 Finished or cancelled rows are dropped from the batch cache; columns that are padding for every
 remaining row are trimmed. Results go back to each request's asyncio queue on its own loop.
 
-A LoRA update is merged into the weights (no per-token adapter cost), keeping a copy of the base
-weights of the modules it touches so the next adapter merges onto the base again. Rows marked
+A LoRA update is merged into the weights (no per-token adapter cost). The merged weights are
+computed outside the worker thread into new tensors, and the swap itself only re-points each
+module's weight at them, so decoding stalls for microseconds, not for the merge (which costs a
+second copy of the adapted weights while it runs). The base weights of adapted modules are kept
+(the tensors they had before their first merge), so the next adapter merges onto the base again. Rows marked
 ``frozen_base`` (the ``self`` judge) are computed with those base copies by forward hooks that
 run only while such rows are in the batch, so the judge stays frozen while the policy learns.
 """
@@ -50,6 +53,13 @@ class LoraUpdate:
 
     tensors: dict[str, Any]
     scaling: float
+
+
+@dataclass
+class _MergedLora:
+    """A LoRA update merged off the worker thread: ``{weight name: base + scaling * B @ A}``."""
+
+    weights: dict[str, Any]
 
 
 @dataclass
@@ -113,6 +123,7 @@ class LocalEngine:
         self._waiting: list[_Request] = []
         self._lora_base: dict[str, Any] | None = None  # base weights of modules an adapter changed
         self._base_replaced = False  # a full-weight update replaced the base: no frozen base left
+        self._swap_lock = threading.Lock()
         self._head = None  # fp32 copy of the output layer, refreshed after each swap
         self._ids = itertools.count(1)
         self._stop = threading.Event()
@@ -177,10 +188,14 @@ class LocalEngine:
         ``update`` is a state dict (full or partial), a ``LoraUpdate``, or a directory holding
         either safetensors weights or a peft adapter (``adapter_config.json``).
         """
-        prepared = await asyncio.to_thread(self._prepare_update, update)
-        fut = asyncio.get_running_loop().create_future()
-        self._ops.put(("swap", (prepared, int(version)), fut))
-        await fut
+        await asyncio.to_thread(self._swap_lock.acquire)  # one swap at a time: each merges onto the base
+        try:
+            prepared = await asyncio.to_thread(self._prepare_update, update)
+            fut = asyncio.get_running_loop().create_future()
+            self._ops.put(("swap", (prepared, int(version)), fut))
+            await fut
+        finally:
+            self._swap_lock.release()
 
     async def close(self) -> None:
         self._stop.set()
@@ -407,7 +422,14 @@ class LocalEngine:
                 if w.dim() != 2 or a.dim() != 2 or b.dim() != 2 or (b.shape[0], a.shape[1]) != tuple(w.shape) or a.shape[0] != b.shape[1]:
                     raise EngineError(f"LoRA module {module!r}: A {tuple(a.shape)} / B {tuple(b.shape)} do not fit "
                                       f"its weight {tuple(w.shape)}")
-            return LoraUpdate({k: (a.to(self.dtype), b.to(self.dtype)) for k, (a, b) in pairs.items()}, update.scaling)
+            torch = self._torch
+            merged = {}
+            with torch.no_grad():  # not inference_mode: these become the model's weights
+                for module, (a, b) in pairs.items():
+                    name = f"{module}.weight"
+                    base = (self._lora_base or {}).get(name, names[name].detach())
+                    merged[name] = torch.addmm(base, b.to(self.dtype), a.to(self.dtype), alpha=update.scaling)
+            return _MergedLora(merged)
         if isinstance(update, dict):
             unknown = [k for k in update if k not in names]
             if unknown:
@@ -420,14 +442,14 @@ class LocalEngine:
 
     def _apply_swap(self, update: Any, version: int) -> None:
         params = self.model.state_dict(keep_vars=True)
-        if isinstance(update, LoraUpdate):
-            if self._lora_base is None:
-                self._lora_base = {}
-            for module, (a, b) in update.tensors.items():
-                name = f"{module}.weight"
-                if name not in self._lora_base:
-                    self._lora_base[name] = params[name].detach().clone()
-                params[name].copy_(self._lora_base[name] + update.scaling * (b @ a))
+        if isinstance(update, _MergedLora):
+            bases = self._lora_base if self._lora_base is not None else {}
+            for name in [n for n in bases if n not in update.weights]:  # not in this adapter: back to base
+                params[name].data = bases.pop(name)
+            for name, weight in update.weights.items():
+                bases.setdefault(name, params[name].data)  # first merge: the current tensor is the base
+                params[name].data = weight
+            self._lora_base = bases
         else:
             for name, tensor in update.items():
                 params[name].copy_(tensor)
