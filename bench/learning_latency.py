@@ -10,8 +10,8 @@ Real servers in subprocesses, on one run directory, heuristic judge:
      to train on) are timed while at least one batch waits (``waiting_to_train >= batch size``
      in /healthz), i.e. while the trainer is busy;
   3. feedback -> served: with the backlog drained, ``--cycles`` times send one batch of feedback
-     conversations and time from the last feedback message to /healthz reporting the next
-     policy version (judge + train step + checkpoint + swap);
+     conversations and time from sending the last feedback message to /healthz reporting the
+     next policy version (the feedback's own answer, judge, train step, checkpoint, swap);
   4. idle: the same probes on the same server, the trainer idle.
 Train-step times come from the trainer's scalars (``scalars/scalars.csv``), swap times from the
 server log. Prints Markdown tables and writes ``bench/results/learning_latency.json``. Nothing is
@@ -82,8 +82,10 @@ async def conversation(session, srv, i, max_tokens):
     first = await http_chat(session, srv.base, chat_body("m", [u], max_tokens, 1.0, False, seed=i))
     feedback = (GOOD if i % 2 == 0 else BAD)[i % 3]
     reply = {"role": "assistant", "content": first["text"]}
+    sent = time.perf_counter()
     await http_chat(session, srv.base, chat_body("m", [u, reply, {"role": "user", "content": feedback}],
                                                  max_tokens, 1.0, False, seed=1000 + i))
+    return sent  # when the user's feedback left
 
 
 async def run(args):
@@ -145,11 +147,13 @@ async def run(args):
             cycles = []
             for c in range(args.cycles):
                 h = await health(session, srv.base)
+                while h["policy_version"] < h["trained_turns"] // args.batch_size:  # the last swap is still coming
+                    await asyncio.sleep(0.1)
+                    h = await health(session, srv.base)
                 short = args.batch_size - h["waiting_to_train"]  # conversations that complete one batch
                 version = h["policy_version"]
                 for k in range(short):
-                    await conversation(session, srv, 50_000 + 100 * c + k, args.max_tokens)
-                t_feedback = time.perf_counter()
+                    t_feedback = await conversation(session, srv, 50_000 + 100 * c + k, args.max_tokens)
                 judged_at = None
                 while True:
                     h = await health(session, srv.base)
@@ -166,14 +170,16 @@ async def run(args):
             idle = [await probe(session, srv, i, args.max_tokens) for i in range(args.probes)]
         steps = [float(r["value"]) for r in csv.DictReader(open(srv.run_dir / "scalars" / "scalars.csv"))
                  if r["tag"] == "train/step_s"]
-        swaps = [float(x) for x in re.findall(r"swap took ([0-9.]+) s", srv.log_tail(10_000_000))]
+        log_text = srv.log_tail(10_000_000)
+        swaps = [float(x) for x in re.findall(r"swap took ([0-9.]+) s", log_text)]
+        pauses = [float(x) for x in re.findall(r"decoding paused ([0-9.]+) s", log_text)]
     finally:
         srv.keep = False
         srv.stop()
     out.update(
         idle={"latency": summary([r["latency"] for r in idle]), "ttft": summary([r["ttft"] for r in idle])},
         training={"latency": summary([r["latency"] for r in busy]), "ttft": summary([r["ttft"] for r in busy])},
-        train_step_s=summary(steps), swap_s=summary(swaps),
+        train_step_s=summary(steps), swap_s=summary(swaps), swap_pause_s=summary(pauses),
         feedback_to_served_s=summary([c["feedback_to_served_s"] for c in cycles]), cycles=cycles,
     )
     out["env"]["loadavg_end"] = os.getloadavg()
@@ -191,7 +197,8 @@ def report(r) -> str:
                       "p50 ratio", "p99 ratio"], rows), "",
             f"{r['versions_during_training_probes']} versions were published during the training probes.", ""]
     rows = [[name, r[key]["n"], r[key]["p50"], r[key]["max"]] for name, key in
-            (("train step", "train_step_s"), ("weight swap", "swap_s"), ("feedback -> served version", "feedback_to_served_s"))]
+            (("train step", "train_step_s"), ("weight swap (load, merge, install)", "swap_s"),
+             ("decoding paused by a swap", "swap_pause_s"), ("feedback -> served version", "feedback_to_served_s"))]
     text += [md_table(["", "n", "p50 (s)", "max (s)"], rows), "",
              f"Server started in {r['server_startup_s']:.1f} s; load average {tuple(round(x, 2) for x in r['env']['loadavg'])} "
              f"at start, {tuple(round(x, 2) for x in r['env']['loadavg_end'])} at end, {r['env']['cpu_count']} CPUs."]

@@ -441,6 +441,7 @@ class LocalEngine:
         raise EngineError(f"cannot swap in a {type(update).__name__}")
 
     def _apply_swap(self, update: Any, version: int) -> None:
+        started = time.perf_counter()
         params = self.model.state_dict(keep_vars=True)
         if isinstance(update, _MergedLora):
             bases = self._lora_base if self._lora_base is not None else {}
@@ -466,6 +467,7 @@ class LocalEngine:
             self.prefix_cache.clear()  # computed with the old weights
         self._version = version
         self.stats["swaps"] += 1
+        self.stats["last_swap_pause_s"] = time.perf_counter() - started  # decoding waited this long
         log.info("policy version %d installed", version)
 
 

@@ -114,7 +114,8 @@ class CheckpointWatcher:
             self.last_step["saved_at"] = state.get("saved_at")
         except (OSError, ValueError):
             self.last_step = {}
-        log.info("serving policy version %d (swap took %.3f s)", version, self.last_swap_s)
+        pause = getattr(self.engine, "stats", {}).get("last_swap_pause_s", float("nan"))
+        log.info("serving policy version %d (swap took %.3f s, decoding paused %.4f s)", version, self.last_swap_s, pause)
         return True
 
     def status(self) -> dict[str, Any]:
