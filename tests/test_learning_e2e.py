@@ -47,9 +47,10 @@ def test_feedback_is_judged_trained_and_swapped_in_and_a_restart_resumes(make_se
     with urllib.request.urlopen(srv.base + "/metrics", timeout=30) as r:
         metrics = r.read().decode()
     assert "openclaw_trained_turns 4" in metrics and "openclaw_train_step_seconds" in metrics
-    log = srv.log_path.read_text()
-    assert "trainer: version 2: 2 turns" in log  # one log line per training step
-    assert "status: v2 |" in log and "trained 4" in log  # the status line, logged when it changes
+    assert "trainer: version 2: 2 turns" in srv.log_path.read_text()  # one log line per training step
+    # the status line, logged when it changes (at its next tick, every 0.5 s here)
+    status = wait(lambda: [ln for ln in srv.log_path.read_text().splitlines() if "status: v2 |" in ln], timeout=30)
+    assert "trained 4" in status[-1] and "waiting 0" in status[-1]
     # a request now is served by the trained policy and records it
     served = chat(srv, [{"role": "user", "content": "after training"}], seed=7, full=True)
     (turn,) = [t for s in srv.records()["sessions"] for t in s["turns"] if t["request_id"] == served["id"]]
