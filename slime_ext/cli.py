@@ -47,8 +47,14 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--judge-votes", type=int, help="votes per turn, majority wins [3 for model judges, 1 heuristic]")
     p.add_argument("--judge-timeout-s", type=float, help=f"a vote slower than this abstains [{d.judge_timeout_s:g}]")
     p.add_argument("--judge-concurrency", type=int, help=f"judge calls in flight at once [{d.judge_concurrency}]")
-    p.add_argument("--method", choices=["none", "binary"],
-                   help=f"learn from judged turns: none (record only) or binary (Binary RL) [{d.method}]")
+    p.add_argument("--method", choices=["combine", "binary", "opd", "none"],
+                   help=f"learn from judged turns: combine (verdicts and hints), binary (verdicts: Binary RL), "
+                        f"opd (hints: On-Policy Distillation) or none (record only) [{d.method}]")
+    p.add_argument("--teacher", choices=["base", "policy"],
+                   help=f"OPD teacher: the initial model (base) or the current policy, shown the hint [{d.teacher}]")
+    p.add_argument("--w-rl", type=float, help=f"Combine: weight of the verdict term [{d.w_rl:g}]")
+    p.add_argument("--w-opd", type=float, help=f"Combine / OPD: weight of the teacher term [{d.w_opd:g}]")
+    p.add_argument("--opd-clip", type=float, help=f"bound on the per-token teacher - rollout log-prob gap [{d.opd_clip:g}]")
     p.add_argument("--batch-size", type=int, help=f"judged turns per training step [{d.batch_size}]")
     p.add_argument("--lora-rank", type=int, help=f"LoRA rank; 0 trains full weights [{d.lora_rank}]")
     p.add_argument("--lr", type=float, help=f"learning rate [{d.lr:g}]")

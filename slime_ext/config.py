@@ -42,8 +42,9 @@ class ServeConfig:
     judge_votes: int = 0  # 0: the backend's default (3 for model judges, 1 for the heuristic)
     judge_timeout_s: float = 60.0
     judge_concurrency: int = 4
-    # learning: "binary" (Binary RL in a trainer process) or "none" (serve and record only)
-    method: str = "binary"
+    # learning: "combine" (verdicts and hints), "binary" (verdicts: Binary RL), "opd" (hints: On-Policy
+    # Distillation), all in a trainer process; or "none" (serve and record only)
+    method: str = "combine"
     batch_size: int = 4
     lora_rank: int = 16  # 0: full weights
     lr: float = 1e-4
@@ -51,13 +52,19 @@ class ServeConfig:
     kl_coef: float = 0.0  # KL to the initial policy (the base model); 0: off
     baseline: str = "none"  # advantage baseline: "none" (advantage = verdict) or "running" (EMA of verdicts)
     keep_checkpoints: int = 3  # versions kept with their weights; older ones keep their trainer state only; 0: all
+    # OPD / Combine
+    teacher: str = "base"  # who scores the hinted prompt: "base" (the initial model) or "policy" (the current one)
+    w_rl: float = 1.0  # Combine: weight of the verdict term
+    w_opd: float = 1.0  # Combine / OPD: weight of the teacher term
+    opd_clip: float = 5.0  # bound on |teacher - rollout| log-prob per token
 
     def trainer_config(self):
         """The trainer's settings, taken from these."""
         from slime_ext.algorithms import PolicyLossConfig
         from slime_ext.trainers.loop import TrainerConfig
 
-        return TrainerConfig(batch_size=self.batch_size, lr=self.lr, lora_rank=self.lora_rank,
+        return TrainerConfig(method=self.method, batch_size=self.batch_size, lr=self.lr, lora_rank=self.lora_rank,
+                             teacher=self.teacher, w_rl=self.w_rl, w_opd=self.w_opd, opd_clip=self.opd_clip,
                              max_staleness=self.max_staleness, baseline=self.baseline,
                              keep_checkpoints=self.keep_checkpoints,
                              loss=PolicyLossConfig(kl_coef=self.kl_coef))
@@ -83,8 +90,12 @@ class ServeConfig:
             raise ValueError(f"judge {self.judge!r}: expected heuristic, self, openai or off")
         if self.judge == "openai" and (not self.judge_url or not self.judge_model):
             raise ValueError("judge openai needs judge_url and judge_model (--judge-url, --judge-model)")
-        if self.method not in ("none", "binary"):
-            raise ValueError(f"method {self.method!r}: expected none or binary")
+        if self.method not in ("none", "binary", "opd", "combine"):
+            raise ValueError(f"method {self.method!r}: expected combine, binary, opd or none")
+        if self.teacher not in ("base", "policy"):
+            raise ValueError(f"teacher {self.teacher!r}: expected base or policy")
+        if self.w_rl < 0 or self.w_opd < 0 or self.opd_clip <= 0:
+            raise ValueError("w_rl and w_opd must be >= 0 and opd_clip > 0")
         if self.judge == "self" and self.method != "none" and self.lora_rank <= 0:
             raise ValueError("judge self needs LoRA training (--lora-rank > 0): the frozen judge is the base model "
                              "with the adapter disabled, and full-weight training leaves no frozen base; use "

@@ -48,7 +48,7 @@ def build_server(cfg: ServeConfig):
 
 def build_judge_worker(cfg: ServeConfig, store, engine=None, tokenizer=None):
     """The judge loop for ``cfg.judge``, or None when judging is off."""
-    from slime_ext.judge import EngineJudgeBackend, HeuristicBackend, Judge, OpenAIJudgeBackend
+    from slime_ext.judge import EngineJudgeBackend, HeuristicBackend, HintJudge, Judge, OpenAIJudgeBackend
     from slime_ext.judge.worker import JudgeWorker
 
     cfg.validated()
@@ -57,13 +57,14 @@ def build_judge_worker(cfg: ServeConfig, store, engine=None, tokenizer=None):
     if cfg.judge == "heuristic":
         backend = HeuristicBackend()
     elif cfg.judge == "self":  # the served model with its adapter disabled: a frozen judge, no extra weights
-        backend = EngineJudgeBackend(engine, tokenizer, frozen_base=True, max_new_tokens=256)
+        backend = EngineJudgeBackend(engine, tokenizer, frozen_base=True, max_new_tokens=512)
     else:
         key = cfg.judge_key or os.environ.get("OPENCLAW_RL_JUDGE_KEY") or None
         backend = OpenAIJudgeBackend(cfg.judge_url, cfg.judge_model, key)
     judge = Judge(backend, votes=cfg.judge_votes or None, timeout_s=cfg.judge_timeout_s,
                   max_concurrency=cfg.judge_concurrency)
-    return JudgeWorker(judge, store)
+    hints = HintJudge.from_judge(judge) if cfg.method in ("opd", "combine") else None
+    return JudgeWorker(judge, store, hints=hints)
 
 
 def run_server(cfg: ServeConfig) -> None:
@@ -80,9 +81,9 @@ def run_server(cfg: ServeConfig) -> None:
     async def main() -> None:
         await server.checkpoints.check()  # after a restart, serve the latest trained version from the start
         trainer = None
-        if cfg.method == "binary":
+        if cfg.method != "none":
             trainer = start_trainer_process(cfg.model, str(run_dir), cfg.trainer_config())
-            log.info("training with Binary RL in process %d (batch %d, %s)", trainer.pid, cfg.batch_size,
+            log.info("training (%s) in process %d (batch %d, %s)", cfg.method, trainer.pid, cfg.batch_size,
                      f"LoRA rank {cfg.lora_rank}" if cfg.lora_rank else "full weights")
         runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
         await runner.setup()

@@ -29,6 +29,8 @@ class Turn:
     finish_reason: str
     messages: list[dict[str, Any]]  # the request's messages, as normalized by the server
     tool_calls: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None  # the request's tools and tool_choice: with the messages,
+    tool_choice: Any = None  # they re-render the prompt (the OPD teacher's prompt is this one plus a hint)
     user: str | None = None
     sampling: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)

@@ -6,12 +6,13 @@ import pytest
 import torch
 
 from slime_ext.algorithms import (
+    AdvantageWeights,
     PolicyLossConfig,
     RunningBaseline,
+    combined_advantages,
     masked_sample_mean,
     policy_loss,
     staleness_filter,
-    token_advantages,
 )
 
 
@@ -19,10 +20,11 @@ def leaf(values):
     return torch.tensor(values, dtype=torch.float64, requires_grad=True)
 
 
-def test_advantage_is_the_verdict_on_every_token_minus_baseline():
-    assert token_advantages(1, 3).tolist() == [1.0, 1.0, 1.0]
-    assert token_advantages(-1, 2, baseline=0.5).tolist() == [-1.5, -1.5]
-    assert token_advantages(0, 0).numel() == 0
+def test_binary_advantage_is_the_verdict_on_every_token_minus_baseline():
+    binary = AdvantageWeights.for_method("binary")
+    assert combined_advantages(1, torch.zeros(3), None, binary).tolist() == [1.0, 1.0, 1.0]
+    assert combined_advantages(-1, torch.zeros(2), torch.zeros(2), binary, baseline=0.5).tolist() == [-1.5, -1.5]
+    assert combined_advantages(1, torch.zeros(0), None, binary).numel() == 0
 
 
 def test_running_baseline_uses_only_earlier_verdicts():
@@ -121,3 +123,24 @@ def test_staleness_cap_drops_old_samples_with_a_reason():
     assert reasons[:3] == [None, None, None]
     assert "4 versions ago" in reasons[3] and "cap 3" in reasons[3]
     assert "newer" in reasons[4]
+
+
+def test_combined_advantages_opd_rl_and_their_absence():
+    rollout = torch.tensor([-1.0, -2.0, -8.0, -0.5])
+    teacher = torch.tensor([-0.5, -3.0, -0.1, -0.5])  # gaps +0.5, -1.0, +7.9 (clipped to 5), 0
+    w = AdvantageWeights(w_rl=0.5, w_opd=2.0, opd_clip=5.0)
+    got = combined_advantages(-1, rollout, teacher, w, baseline=0.2)
+    want = torch.tensor([2 * 0.5, 2 * -1.0, 2 * 5.0, 0.0]) + 0.5 * (-1 - 0.2)
+    assert torch.allclose(got, want)
+    # no hint: no OPD term at all (not rollout-vs-anything noise); verdict 0: no RL term, even with a baseline
+    assert torch.allclose(combined_advantages(1, rollout, None, w), torch.full((4,), 0.5))
+    assert torch.allclose(combined_advantages(0, rollout, teacher, w, baseline=0.7), want - 0.5 * (-1.2))
+    assert torch.count_nonzero(combined_advantages(0, rollout, None, w, baseline=0.7)) == 0
+    # the methods are weight choices of one formula
+    assert combined_advantages(1, rollout, teacher, AdvantageWeights.for_method("binary")).tolist() == [1.0] * 4
+    opd = combined_advantages(1, rollout, teacher, AdvantageWeights.for_method("opd"))
+    assert torch.allclose(opd, torch.tensor([0.5, -1.0, 5.0, 0.0]))
+    with pytest.raises(ValueError, match="do not match"):
+        combined_advantages(1, rollout, teacher[:3], w)
+    with pytest.raises(ValueError, match="expected binary, opd or combine"):
+        AdvantageWeights.for_method("nope")

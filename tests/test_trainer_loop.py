@@ -9,7 +9,7 @@ from slime_ext.engines.local import LocalEngine
 from slime_ext.logprobs import teacher_forced_logprobs
 from slime_ext.models import resolve_model
 from slime_ext.store import Store, export_records
-from slime_ext.trainers.loop import BinaryRLTrainer, TrainerConfig
+from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig
 from slime_ext.types import Turn
 
 
@@ -52,7 +52,7 @@ def test_step_trains_marks_drops_and_the_checkpoint_swaps_in(tmp_path, lora_rank
 
     model_dir, base, store, good, bad = setup(tmp_path)
     cfg = TrainerConfig(batch_size=4, lr=lr, lora_rank=lora_rank, lora_alpha=16, max_staleness=4)
-    trainer = BinaryRLTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg)
+    trainer = OnlineTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg)
     metrics = trainer.step()
     assert metrics["version"] == 1 and abs(metrics["ratio_mean"] - 1) < 1e-4  # on-policy first step
     turns = turns_by_session(store)
@@ -79,14 +79,14 @@ def test_resume_remarks_the_latest_checkpoint_and_restores_weights(tmp_path):
 
     model_dir, base, store, _, _ = setup(tmp_path)
     cfg = TrainerConfig(batch_size=4, lr=5e-3, lora_rank=4, lora_alpha=8)
-    trainer = BinaryRLTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg)
+    trainer = OnlineTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg)
     trainer.step()
     trained = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
     # a crash after the checkpoint but before the store was marked
     store.mark_trained([(s, 0) for s in ("good1", "bad1", "good2", "bad2")], None)
     from transformers import AutoModelForCausalLM
 
-    fresh = BinaryRLTrainer(wrap_lora(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), cfg),
+    fresh = OnlineTrainer(wrap_lora(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), cfg),
                             store, tmp_path / "run", cfg)
     assert fresh.resume() == 1 and fresh.version == 1
     assert all(t["trained_in_version"] in (1, None) for t in turns_by_session(store).values())
@@ -107,7 +107,7 @@ def test_kl_to_the_initial_policy_uses_the_adapter_disabled_model_and_holds_it_b
     for kl_coef in (0.0, 5.0):
         model_dir, base, store, good, bad = setup(tmp_path / f"kl{kl_coef}")
         cfg = TrainerConfig(batch_size=4, lr=2e-2, lora_rank=8, lora_alpha=16, loss=PolicyLossConfig(kl_coef=kl_coef))
-        trainer = BinaryRLTrainer(wrap_lora(base, cfg), store, tmp_path / f"kl{kl_coef}" / "run", cfg)
+        trainer = OnlineTrainer(wrap_lora(base, cfg), store, tmp_path / f"kl{kl_coef}" / "run", cfg)
         m = trainer.step()
         if kl_coef:
             assert m["kl_to_ref"] < 1e-6  # LoRA starts at B = 0: the policy is the reference
@@ -134,13 +134,13 @@ def test_running_baseline_comes_from_earlier_batches_and_survives_a_restart(tmp_
 
     model_dir, base, store, _, _ = setup(tmp_path)
     cfg = TrainerConfig(batch_size=4, lr=1e-3, lora_rank=4, lora_alpha=8, baseline="running")
-    trainer = BinaryRLTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg)
+    trainer = OnlineTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg)
     verdicts = [t["verdict"] for t in store.trainable_turns(4)]  # the order the trainer takes them
     assert trainer.step()["baseline"] == 0.0  # no earlier verdicts
     ema = float(verdicts[0])
     for v in verdicts[1:]:
         ema = 0.9 * ema + 0.1 * v
-    fresh = BinaryRLTrainer(wrap_lora(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), cfg),
+    fresh = OnlineTrainer(wrap_lora(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), cfg),
                             store, tmp_path / "run", cfg)
     fresh.resume()
     store.mark_trained([(s, 0) for s in ("good1", "bad1", "good2", "bad2")], None)
@@ -152,7 +152,7 @@ def test_old_checkpoints_keep_only_their_trainer_state(tmp_path):
 
     model_dir, base, store, _, _ = setup(tmp_path)
     cfg = TrainerConfig(batch_size=4, lr=1e-3, lora_rank=4, lora_alpha=8, keep_checkpoints=2)
-    trainer = BinaryRLTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg)
+    trainer = OnlineTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg)
     for _ in range(4):
         store.mark_trained([(s, 0) for s in ("good1", "bad1", "good2", "bad2")], None)
         trainer.step()

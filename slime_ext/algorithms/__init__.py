@@ -3,15 +3,25 @@
 Nothing here reads settings or environment variables: callers pass every coefficient.
 """
 
-from slime_ext.algorithms.advantages import RunningBaseline, token_advantages
+from slime_ext.algorithms.advantages import (
+    AdvantageWeights,
+    RunningBaseline,
+    combined_advantages,
+)
 from slime_ext.algorithms.ppo import PolicyLossConfig, masked_sample_mean, policy_loss
 from slime_ext.algorithms.staleness import staleness_filter
+from slime_ext.algorithms.topk import TopK, teacher_topk, topk_distillation_loss, topk_reverse_kl
 
 __all__ = [
+    "AdvantageWeights",
     "PolicyLossConfig",
     "RunningBaseline",
+    "TopK",
+    "combined_advantages",
     "masked_sample_mean",
     "policy_loss",
     "staleness_filter",
-    "token_advantages",
+    "teacher_topk",
+    "topk_distillation_loss",
+    "topk_reverse_kl",
 ]

@@ -1,4 +1,4 @@
-"""Binary RL advantages: the judge's verdict, spread over every response token.
+"""Advantages: the judge's verdict spread over every response token, plus the OPD teacher term.
 
 A turn's reward is its verdict r in {-1, 0, +1}. Its advantage is ``r - b`` on every response
 token, where the baseline ``b`` is
@@ -10,6 +10,17 @@ token, where the baseline ``b`` is
   variance once most answers are judged the same way: when nearly everything is +1, the rare -1
   carries the signal. A batch-mean baseline is deliberately not offered: with the ~4 samples a
   personal agent trains on, it is correlated with each sample and zeroes a batch judged unanimously.
+
+On-Policy Distillation (OPD) adds a per-token term from a teacher: the same model shown the
+user's hindsight hint. Its log-prob of each recorded response token minus the log-prob recorded
+at sampling time says, token by token, whether the hint makes that token more (> 0) or less
+likely. ``combined_advantages`` is the one formula for every method:
+
+    A_t = w_opd * clip(teacher_t - rollout_t, -opd_clip, opd_clip)   only if the turn has a hint
+        + w_rl  * (reward - baseline)                                only if the verdict is not 0
+
+Binary RL is ``w_opd = 0``, OPD is ``w_rl = 0``, Combine uses both. A turn without an accepted
+hint contributes no OPD term (not rollout-vs-trainer noise), and a zero verdict no RL term.
 """
 
 from __future__ import annotations
@@ -19,9 +30,37 @@ from dataclasses import dataclass
 import torch
 
 
-def token_advantages(reward: float, response_length: int, baseline: float = 0.0) -> torch.Tensor:
-    """``reward - baseline`` for each of the ``response_length`` response tokens."""
-    return torch.full((response_length,), float(reward) - float(baseline))
+@dataclass(frozen=True)
+class AdvantageWeights:
+    w_rl: float = 1.0
+    w_opd: float = 1.0
+    opd_clip: float = 5.0  # bound on |teacher - rollout| per token, in nats
+
+    @classmethod
+    def for_method(cls, method: str, w_rl: float = 1.0, w_opd: float = 1.0, opd_clip: float = 5.0) -> AdvantageWeights:
+        """The weights ``binary``, ``opd`` and ``combine`` mean."""
+        if method == "binary":
+            return cls(w_rl=w_rl, w_opd=0.0, opd_clip=opd_clip)
+        if method == "opd":
+            return cls(w_rl=0.0, w_opd=w_opd, opd_clip=opd_clip)
+        if method == "combine":
+            return cls(w_rl=w_rl, w_opd=w_opd, opd_clip=opd_clip)
+        raise ValueError(f"method {method!r}: expected binary, opd or combine")
+
+
+def combined_advantages(reward: float, rollout_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor | None,
+                        weights: AdvantageWeights, baseline: float = 0.0) -> torch.Tensor:
+    """Per-token advantages of one response (see the module docstring)."""
+    adv = torch.zeros_like(rollout_logprobs, dtype=torch.float32)
+    if weights.w_rl and reward != 0:
+        adv += weights.w_rl * (float(reward) - float(baseline))
+    if weights.w_opd and teacher_logprobs is not None:
+        if teacher_logprobs.shape != rollout_logprobs.shape:
+            raise ValueError(f"teacher log-probs {tuple(teacher_logprobs.shape)} do not match the response "
+                             f"{tuple(rollout_logprobs.shape)}")
+        gap = (teacher_logprobs.float() - rollout_logprobs.float()).clamp(-weights.opd_clip, weights.opd_clip)
+        adv += weights.w_opd * gap
+    return adv
 
 
 @dataclass

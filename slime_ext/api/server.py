@@ -302,6 +302,7 @@ class _Generation:
             response_text=self.parser.visible, policy_version=self.versions[0] if self.versions else self.s.engine.policy_version,
             policy_version_end=self.versions[-1] if self.versions else self.s.engine.policy_version,
             finish_reason=finish_reason, messages=self.req.messages, tool_calls=self.parser.tool_calls or None,
+            tools=self.req.tools or None, tool_choice=self.req.tool_choice if self.req.tools else None,
             user=self.user,
             sampling={"temperature": self.sampling.temperature, "top_p": self.sampling.top_p,
                       "max_new_tokens": self.sampling.max_new_tokens, "seed": self.sampling.seed, "stop": self.req.stop},

@@ -1,28 +1,33 @@
-"""Judge backends and the async runner that turns m of their votes into a ``Verdict``.
+"""Judge backends and the async runners that turn m of their votes into a ``Verdict``.
 
 Every backend has ``async def vote(messages, *, seed, inputs=None) -> str``: it returns the raw
-judge text, and one parse path (``parse_vote``) serves all of them. ``messages`` are the judge
-prompt from ``build_judge_messages``; ``inputs`` is the turn being judged, for backends that read
-it directly (the heuristic does; model backends ignore it).
+judge text, and one parse path per task serves all of them (``parse_vote`` here, ``parse_hint``
+in ``hints.py``). ``messages`` are the runner's prompt (``build_judge_messages`` for ``Judge``);
+``inputs`` is the turn being judged, for backends that read it directly (the heuristic does;
+model backends ignore it). A backend that answers from the turn rather than the prompt serves
+one task only and names it in ``task`` ("judge" or "hint"); a runner of another task refuses it.
 
 - ``OpenAIJudgeBackend``: any OpenAI-compatible ``/v1/chat/completions`` endpoint (aiohttp).
 - ``EngineJudgeBackend``: an ``Engine`` (the ``self`` judge), prompt rendered with the model's chat
   template by ``PromptRenderer``.
 - ``HeuristicBackend``: the lexical classifier of ``heuristic.py``.
 
-``Judge.judge`` never raises: a vote that fails, times out or gives no parsable score abstains
-(``None``) and its reason is kept in the verdict. Votes of all turns judged by one ``Judge`` share
-one semaphore, so at most ``max_concurrency`` backend calls run at once; the per-vote timeout
-counts from when a vote gets its slot, so a queue of waiting votes does not time them out.
-Logs name the failure's type and a short message only: never a traceback, a key or a header.
+The voting machinery is ``VoteRunner`` (``Judge`` and ``hints.HintJudge`` are its two tasks):
+``collect`` never raises: a vote that fails or times out abstains and its reason is kept (and a
+vote whose text does not parse abstains in the task's reading). Votes of all turns run by one
+runner share one semaphore, so at most ``max_concurrency`` backend calls run at once (runners
+given the same ``semaphore`` share the bound); the per-vote timeout counts from when a vote gets
+its slot, so a queue of waiting votes does not time them out. Logs name the failure's type and a
+short message only: never a traceback, a key or a header.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from slime_ext.judge.heuristic import heuristic_explain
 from slime_ext.judge.prompts import DEFAULT_MAX_CONTEXT_CHARS, build_judge_messages
@@ -71,8 +76,22 @@ def _short(exc: BaseException, limit: int = 200) -> str:
     return f"{type(exc).__name__}: {msg[:limit]}" if msg else type(exc).__name__
 
 
-class Judge:
-    """Runs ``votes`` votes of a backend per turn, concurrently within a shared bound; never raises."""
+VoteResult = tuple[str | None, str]
+"""One vote: ``(answer, text)``; ``answer`` is the backend's text, or ``None`` when the vote failed or
+timed out; ``text`` is what is stored: the answer, or the reason it abstained (``"abstained: ..."``)."""
+
+
+class VoteRunner:
+    """Runs ``votes`` votes of a backend per turn, concurrently within a shared bound; never raises.
+
+    A task subclasses it and sets ``prompt_builder`` (a function with ``build_judge_messages``'s
+    signature) and ``task`` (its name in logs), then reads the answers that ``collect`` returns.
+    Pass another runner's ``semaphore`` to share its concurrency bound (``max_concurrency`` is then
+    unused), e.g. when two tasks query the same judge model.
+    """
+
+    prompt_builder: ClassVar[Callable[..., list[dict[str, str]]]]
+    task: ClassVar[str]
 
     def __init__(
         self,
@@ -83,7 +102,11 @@ class Judge:
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
         seed: int = 0,
         max_context_chars: int = DEFAULT_MAX_CONTEXT_CHARS,
+        semaphore: asyncio.Semaphore | None = None,
     ) -> None:
+        serves = getattr(backend, "task", None)
+        if serves is not None and serves != self.task:
+            raise ValueError(f"the {backend.name} backend answers the {serves!r} task, not {self.task!r}")
         self.backend = backend
         self.votes = votes if votes is not None else backend.default_votes
         if self.votes < 1:
@@ -93,52 +116,71 @@ class Judge:
         self.timeout_s = timeout_s
         self.seed = seed
         self.max_context_chars = max_context_chars
-        self._sem = asyncio.Semaphore(max_concurrency)
+        self.semaphore = semaphore if semaphore is not None else asyncio.Semaphore(max_concurrency)
 
-    async def judge(self, inputs: JudgeInput) -> Verdict:
-        """The majority verdict of ``self.votes`` votes; abstentions (``None``) keep their reason."""
+    async def collect(self, inputs: JudgeInput) -> list[VoteResult]:
+        """``self.votes`` results, vote i with seed ``self.seed + i``; a turn whose prompt cannot be
+        built has every vote abstain."""
         try:
-            messages = build_judge_messages(
+            messages = self.prompt_builder(
                 inputs.request_messages, inputs.response_text, inputs.response_tool_calls,
                 inputs.next_state, inputs.next_state_role, self.max_context_chars,
             )
         except Exception as e:  # malformed turn: every vote abstains
-            reason = f"abstained: could not build the judge prompt ({_short(e)})"
-            log.warning("judge: %s", reason)
-            return Verdict(score=0, votes=[None] * self.votes, texts=[reason] * self.votes)
-        results = await asyncio.gather(*(self._one(messages, inputs, self.seed + i) for i in range(self.votes)))
-        votes = [v for v, _ in results]
-        texts = [t for _, t in results]
-        return Verdict(score=majority(votes), votes=votes, texts=texts)
+            reason = f"abstained: could not build the {self.task} prompt ({_short(e)})"
+            log.warning("%s: %s", self.task, reason)
+            return [(None, reason)] * self.votes
+        return list(await asyncio.gather(*(self._one(messages, inputs, self.seed + i) for i in range(self.votes))))
 
-    async def _one(self, messages: list[dict[str, str]], inputs: JudgeInput, seed: int) -> tuple[int | None, str]:
+    async def _one(self, messages: list[dict[str, str]], inputs: JudgeInput, seed: int) -> VoteResult:
         try:
-            async with self._sem:
+            async with self.semaphore:
                 text = await asyncio.wait_for(self.backend.vote(messages, seed=seed, inputs=inputs), self.timeout_s)
         except asyncio.TimeoutError:
             reason = f"abstained: timed out after {self.timeout_s:g}s"
-            log.warning("judge vote (%s): %s", self.backend.name, reason)
+            log.warning("%s vote (%s): %s", self.task, self.backend.name, reason)
             return None, reason
         except asyncio.CancelledError:
             raise
         except Exception as e:
             reason = f"abstained: {_short(e)}"
-            log.warning("judge vote (%s): %s", self.backend.name, reason)
+            log.warning("%s vote (%s): %s", self.task, self.backend.name, reason)
             return None, reason
         text = text if isinstance(text, str) else str(text)
-        vote = parse_vote(text)
-        return vote, text  # an unparsable answer abstains; its text shows why
+        return text, text  # an unparsable answer abstains in the task's reading; its text shows why
+
+
+class Judge(VoteRunner):
+    """The reward judge: the majority of ``votes`` scores (``parse_vote``) per turn; never raises."""
+
+    prompt_builder = staticmethod(build_judge_messages)
+    task = "judge"
+
+    async def judge(self, inputs: JudgeInput) -> Verdict:
+        """The majority verdict of ``self.votes`` votes; abstentions (``None``) keep their reason."""
+        results = await self.collect(inputs)
+        votes = [parse_vote(answer) for answer, _ in results]
+        return Verdict(score=majority(votes), votes=votes, texts=[text for _, text in results])
 
 
 class HeuristicBackend:
-    """The lexical next-state classifier; deterministic, so one vote is enough."""
+    """The lexical next-state classifier; deterministic, so one vote is enough.
+
+    It reads the turn (``inputs``), not the prompt; ``answer`` writes its reading in the answer
+    format of the task it serves (subclasses serve other tasks, e.g. ``hints.HeuristicHintBackend``).
+    """
 
     name = "heuristic"
     default_votes = 1
+    task = "judge"
 
     async def vote(self, messages: list[dict[str, str]], *, seed: int, inputs: JudgeInput | None = None) -> str:
         if inputs is None:
             raise JudgeError("the heuristic judge needs the turn (inputs)")
+        return self.answer(inputs)
+
+    def answer(self, inputs: JudgeInput) -> str:
+        """The rule that decided and the score, in the reward judge's answer format."""
         score, reason = heuristic_explain(inputs.next_state, inputs.next_state_role, inputs.request_text)
         return f"{reason}\n\\boxed{{{score}}}"
 

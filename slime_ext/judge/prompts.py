@@ -1,7 +1,13 @@
-"""The process-reward judge prompt: did the assistant's response help, judging by what came next?
+"""The judge prompts: one rendering of the judged turn (``render_turn``), two questions about it.
 
-Unlike the original judge, which saw only the response and the next message, this prompt shows
-the user's request too, so "No, shorter" can be read against what was asked.
+- ``build_judge_messages``: the process-reward prompt: did the assistant's response help, judging
+  by what came next? Unlike the original judge, which saw only the response and the next message,
+  it shows the user's request too, so "No, shorter" can be read against what was asked.
+- ``build_hint_messages``: the hindsight-hint prompt (On-Policy Distillation): does the next state
+  carry an instruction or fact that would have made the response better, and if so, what is it,
+  as a short hint between ``HINT_START`` and ``HINT_END``?
+
+Both show exactly the same fields of the turn, rendered by ``render_turn``.
 """
 
 from __future__ import annotations
@@ -25,6 +31,30 @@ request, or complained, or the tool returned an error.
 
 Think briefly about the request, the response and the next state, then end your answer with \
 exactly one final score in the form \\boxed{1}, \\boxed{-1} or \\boxed{0}."""
+
+HINT_START = "[HINT_START]"
+HINT_END = "[HINT_END]"
+MIN_HINT_CHARS = 5  # shorter hints ("", "...", "N/A") say nothing
+MAX_HINT_CHARS = 500  # the prompt asks for 1-3 sentences; a longer block is not a short hint
+
+HINT_SYSTEM_PROMPT = f"""\
+You extract hindsight hints. You are shown one assistant turn in a conversation and what happened \
+right after it: the next message from the user, or the result of the tool the assistant called.
+
+Decide whether the next state carries hindsight: a concrete instruction, preference or fact that \
+would have made the assistant's response better had the assistant known it before answering \
+(for example "answer with a single word", "use metric units", "the config file is in src/, not \
+lib/"). Thanks or approval, a new unrelated request, a successful tool result that reveals nothing \
+new, or a complaint that does not say what to do differently carry no hindsight.
+
+- If it does, write a hint: one to three short sentences (at most {MAX_HINT_CHARS} characters), \
+addressed to the assistant as an instruction it could follow when answering the same request \
+again. It must be concrete and actionable, and make sense without the next state. Put it between \
+{HINT_START} and {HINT_END}, then end with \\boxed{{1}}.
+- If it does not, write no hint and end with \\boxed{{-1}}.
+
+Think briefly about the request, the response and the next state, then end your answer with \
+exactly one final decision: \\boxed{{1}} or \\boxed{{-1}}."""
 
 DEFAULT_MAX_CONTEXT_CHARS = 2000
 DEFAULT_MAX_CONTEXT_MESSAGES = 4
@@ -68,7 +98,7 @@ def _render_message(msg: dict[str, Any]) -> str:
     return f"[{msg.get('role', '?')}] {text}"
 
 
-def build_judge_messages(
+def render_turn(
     request_messages: list[dict[str, Any]],
     response_text: str,
     response_tool_calls: list[dict[str, Any]] | None,
@@ -78,8 +108,8 @@ def build_judge_messages(
     *,
     max_context_messages: int = DEFAULT_MAX_CONTEXT_MESSAGES,
     max_field_chars: int = DEFAULT_MAX_FIELD_CHARS,
-) -> list[dict[str, str]]:
-    """The judge's chat messages (one system, one user) for one assistant turn.
+) -> str:
+    """The judged turn as the body of a judge's user message (markdown sections, no question).
 
     Invariant: the judge always sees (1) the user's request, which is the LAST user message of
     ``request_messages``, (2) the assistant's response text and every one of its tool calls, and
@@ -88,7 +118,7 @@ def build_judge_messages(
     ``max_context_messages`` messages nor ``max_context_chars`` characters in all, the most recent
     first; system messages are left out (they are long and say nothing about the outcome).
     Messages after the request (earlier tool calls and results of the same task) are shown after
-    it, in order. The function is pure: same inputs, same messages.
+    it, in order. The function is pure: same inputs, same text.
     """
     last_user = max((i for i, m in enumerate(request_messages) if m.get("role") == "user"), default=None)
     request = message_text(request_messages[last_user]).strip() if last_user is not None else ""
@@ -125,11 +155,60 @@ def build_judge_messages(
         f"## Next state (role: {next_state_role})\n"
         + (truncate_middle((next_state or "").strip(), max_field_chars) or "(empty)")
     )
-    parts.append(
-        "Did the assistant's response help, judging by the next state? "
-        "End with \\boxed{1}, \\boxed{-1} or \\boxed{0}."
-    )
+    return "\n\n".join(parts)
+
+
+def build_judge_messages(
+    request_messages: list[dict[str, Any]],
+    response_text: str,
+    response_tool_calls: list[dict[str, Any]] | None,
+    next_state: str,
+    next_state_role: str,
+    max_context_chars: int = DEFAULT_MAX_CONTEXT_CHARS,
+    *,
+    max_context_messages: int = DEFAULT_MAX_CONTEXT_MESSAGES,
+    max_field_chars: int = DEFAULT_MAX_FIELD_CHARS,
+) -> list[dict[str, str]]:
+    """The reward judge's chat messages (one system, one user) for one assistant turn.
+
+    The user message is ``render_turn`` of the turn (see its invariant for what is always shown and
+    how the limits apply) followed by the scoring question. Pure: same inputs, same messages.
+    """
+    body = render_turn(request_messages, response_text, response_tool_calls, next_state, next_state_role,
+                       max_context_chars, max_context_messages=max_context_messages, max_field_chars=max_field_chars)
+    question = ("Did the assistant's response help, judging by the next state? "
+                "End with \\boxed{1}, \\boxed{-1} or \\boxed{0}.")
     return [
         {"role": "system", "content": JUDGE_SYSTEM_PROMPT},
-        {"role": "user", "content": "\n\n".join(parts)},
+        {"role": "user", "content": body + "\n\n" + question},
+    ]
+
+
+def build_hint_messages(
+    request_messages: list[dict[str, Any]],
+    response_text: str,
+    response_tool_calls: list[dict[str, Any]] | None,
+    next_state: str,
+    next_state_role: str,
+    max_context_chars: int = DEFAULT_MAX_CONTEXT_CHARS,
+    *,
+    max_context_messages: int = DEFAULT_MAX_CONTEXT_MESSAGES,
+    max_field_chars: int = DEFAULT_MAX_FIELD_CHARS,
+) -> list[dict[str, str]]:
+    """The hint judge's chat messages (one system, one user) for one assistant turn.
+
+    The same fields as ``build_judge_messages`` (``render_turn`` of the turn), followed by the hint
+    question, which repeats the answer format: a hint between ``HINT_START`` and ``HINT_END`` and
+    ``\\boxed{1}``, or ``\\boxed{-1}`` and no hint. Pure: same inputs, same messages.
+    """
+    body = render_turn(request_messages, response_text, response_tool_calls, next_state, next_state_role,
+                       max_context_chars, max_context_messages=max_context_messages, max_field_chars=max_field_chars)
+    question = (
+        "Does the next state carry hindsight that would have made the assistant's response better? "
+        f"If it does, give the hint between {HINT_START} and {HINT_END} and end with \\boxed{{1}}; "
+        "if not, end with \\boxed{-1}."
+    )
+    return [
+        {"role": "system", "content": HINT_SYSTEM_PROMPT},
+        {"role": "user", "content": body + "\n\n" + question},
     ]

@@ -1,5 +1,8 @@
 """The judge loop of a running server: find turns that got a next state, judge them, store it.
 
+With a ``HintJudge`` (methods ``opd`` and ``combine``) each turn also gets its hint votes and the
+accepted hint (or none) in the same transaction as its verdict: "no hint" is a result too.
+
 It runs as a task on the server's event loop and never blocks serving: store reads and writes
 go through the store's writer thread, and the ``Judge`` bounds concurrency and times out votes.
 A restart picks up where it stopped, because "not judged yet" is a property of the store
@@ -10,19 +13,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from slime_ext.judge.backends import Judge, JudgeInput
+from slime_ext.judge.hints import HintJudge
 
 log = logging.getLogger(__name__)
 
 
 class JudgeWorker:
-    def __init__(self, judge: Judge, store, *, poll_s: float = 0.5, batch: int = 16) -> None:
+    def __init__(self, judge: Judge, store, *, hints: HintJudge | None = None, poll_s: float = 0.5,
+                 batch: int = 16) -> None:
         self.judge = judge
+        self.hints = hints
         self.store = store
         self.poll_s = poll_s
         self.batch = batch
         self.judged = 0
+        self.last_judge_s = 0.0  # the last turn's judging time (verdict and hint votes together)
         self._wake = asyncio.Event()
 
     def notify(self) -> None:
@@ -36,11 +44,19 @@ class JudgeWorker:
             return 0
 
         async def one(t):
-            verdict = await self.judge.judge(JudgeInput(t["messages"], t["response_text"], t["tool_calls"],
-                                                        t["next_state"], t["next_state_role"]))
+            inputs = JudgeInput(t["messages"], t["response_text"], t["tool_calls"], t["next_state"], t["next_state_role"])
+            started = time.perf_counter()
+            if self.hints is None:
+                verdict, hint = await self.judge.judge(inputs), None
+            else:
+                verdict, hint = await asyncio.gather(self.judge.judge(inputs), self.hints.hint(inputs))
+            self.last_judge_s = time.perf_counter() - started
             votes = list(zip(verdict.votes, verdict.texts))
-            await self.store.run(self.store.record_verdict, t["session_id"], t["idx"], verdict.score, votes)
-            log.info("judged turn %d of %s: %+d (votes %s)", t["idx"], t["session_id"], verdict.score, verdict.votes)
+            hint_votes = list(zip(hint.votes, hint.texts)) if hint else None
+            await self.store.run(self.store.record_verdict, t["session_id"], t["idx"], verdict.score, votes,
+                                 hint.hint if hint else None, hint_votes)
+            log.info("judged turn %d of %s: %+d (votes %s)%s", t["idx"], t["session_id"], verdict.score, verdict.votes,
+                     f", hint {hint.hint!r}" if hint and hint.hint else "")
 
         await asyncio.gather(*(one(t) for t in pending))
         self.judged += len(pending)

@@ -82,7 +82,8 @@ CREATE TABLE IF NOT EXISTS votes (
     vote_idx INTEGER NOT NULL,
     value INTEGER,                 -- -1, 0, 1, or NULL for an abstention
     text TEXT NOT NULL,            -- the judge's raw answer, or why the vote abstained
-    at REAL NOT NULL
+    at REAL NOT NULL,
+    kind TEXT NOT NULL DEFAULT 'reward'  -- 'reward' (the verdict's votes) or 'hint'
 );
 CREATE INDEX IF NOT EXISTS votes_turn ON votes(session_id, turn_idx);
 """
@@ -93,6 +94,11 @@ TURN_COLUMNS = {
     "judged_at": "REAL",
     "trained_in_version": "INTEGER",  # the policy version whose training step used this turn
     "dropped": "TEXT",               # why this turn will not be trained on
+    "tools": "TEXT",                 # the request's tools (JSON), to re-render its prompt
+    "tool_choice": "TEXT",           # the request's tool_choice (JSON)
+    "hint": "TEXT",                  # the accepted hindsight hint (OPD), or NULL
+    "hint_judged_at": "REAL",        # when hints were judged (NULL: not judged for hints)
+    "teacher_logprobs": "TEXT",      # the OPD teacher's log-probs of the response tokens (JSON)
 }
 
 
@@ -117,6 +123,8 @@ def migrate(conn: sqlite3.Connection) -> None:
     for name, kind in TURN_COLUMNS.items():
         if name not in have:
             conn.execute(f"ALTER TABLE turns ADD COLUMN {name} {kind}")
+    if "kind" not in {r[1] for r in conn.execute("PRAGMA table_info(votes)")}:
+        conn.execute("ALTER TABLE votes ADD COLUMN kind TEXT NOT NULL DEFAULT 'reward'")
 
 
 class Store:
@@ -175,8 +183,9 @@ class Store:
             self._conn.execute(
                 """INSERT INTO turns (session_id, idx, main_line, reason, request_id, user, policy_version,
                    policy_version_end, finish_reason, prompt_token_ids, response_token_ids, response_logprobs,
-                   response_text, tool_calls, messages, sampling, timings, reply_key, history_keys, created_at)
-                   VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""",
+                   response_text, tool_calls, messages, sampling, timings, reply_key, history_keys, created_at,
+                   tools, tool_choice)
+                   VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""",
                 (
                     turn.session_id, turn.index, int(turn.main_line), turn.reason, turn.request_id, turn.user,
                     turn.policy_version, turn.policy_version_end, turn.finish_reason,
@@ -185,6 +194,8 @@ class Store:
                     json.dumps(turn.tool_calls) if turn.tool_calls else None,
                     json.dumps(turn.messages), json.dumps(turn.sampling), json.dumps(turn.timings),
                     turn.reply_key, json.dumps(turn.history_keys), turn.created_at or time.time(),
+                    json.dumps(turn.tools) if turn.tools else None,
+                    json.dumps(turn.tool_choice) if turn.tool_choice is not None else None,
                 ),
             )
             self._conn.execute(
@@ -209,16 +220,22 @@ class Store:
             (now or time.time(), reason, session_id),
         )
 
-    def record_verdict(self, session_id: str, idx: int, verdict: int, votes: list[tuple[int | None, str]]) -> None:
-        """Store every vote and the verdict of one turn, in one transaction."""
+    def record_verdict(self, session_id: str, idx: int, verdict: int, votes: list[tuple[int | None, str]],
+                       hint: str | None = None, hint_votes: list[tuple[int | None, str]] | None = None) -> None:
+        """Store every vote and the verdict of one turn, in one transaction; with ``hint_votes``
+        (hints were judged), also the hint votes and the accepted hint (or none)."""
         now = time.time()
+        rows = [(session_id, idx, i, v, text, now, "reward") for i, (v, text) in enumerate(votes)]
+        rows += [(session_id, idx, i, v, text, now, "hint") for i, (v, text) in enumerate(hint_votes or [])]
         with self._transaction():
             self._conn.executemany(
-                "INSERT INTO votes (session_id, turn_idx, vote_idx, value, text, at) VALUES (?,?,?,?,?,?)",
-                [(session_id, idx, i, v, text, now) for i, (v, text) in enumerate(votes)],
-            )
-            self._conn.execute("UPDATE turns SET verdict=?, judged_at=? WHERE session_id=? AND idx=?",
-                               (verdict, now, session_id, idx))
+                "INSERT INTO votes (session_id, turn_idx, vote_idx, value, text, at, kind) VALUES (?,?,?,?,?,?,?)", rows)
+            self._conn.execute("UPDATE turns SET verdict=?, judged_at=?, hint=?, hint_judged_at=? WHERE session_id=? AND idx=?",
+                               (verdict, now, hint, now if hint_votes is not None else None, session_id, idx))
+
+    def set_teacher_logprobs(self, session_id: str, idx: int, logprobs: list[float]) -> None:
+        self._exec("UPDATE turns SET teacher_logprobs=? WHERE session_id=? AND idx=?",
+                   (json.dumps(logprobs), session_id, idx))
 
     def mark_trained(self, keys: list[tuple[str, int]], version: int) -> None:
         """Record that these turns were trained on in the step that produced ``version``."""
@@ -235,13 +252,15 @@ class Store:
         with self._lock:
             rows = self._conn.execute(
                 """SELECT session_id, idx, user, policy_version, policy_version_end, verdict, prompt_token_ids,
-                          response_token_ids, response_logprobs FROM turns
+                          response_token_ids, response_logprobs, hint, hint_judged_at, teacher_logprobs, messages,
+                          tools, tool_choice FROM turns
                    WHERE verdict IS NOT NULL AND trained_in_version IS NULL AND dropped IS NULL
                    ORDER BY judged_at, id LIMIT ?""",
                 (limit,),
             ).fetchall()
-        return [dict(r) | {k: json.loads(r[k]) for k in ("prompt_token_ids", "response_token_ids", "response_logprobs")}
-                for r in rows]
+        decode = ("prompt_token_ids", "response_token_ids", "response_logprobs", "teacher_logprobs", "messages",
+                  "tools", "tool_choice")
+        return [dict(r) | {k: json.loads(r[k]) if r[k] is not None else None for k in decode} for r in rows]
 
     def pending_judgement(self, limit: int = 16) -> list[dict[str, Any]]:
         """Main-line turns that have a next state but no verdict yet, oldest first."""
@@ -313,9 +332,9 @@ def export_records(run_dir: str | Path) -> dict[str, Any]:
         migrate(conn)
         sessions = []
         decisions: dict[tuple[str, int | None], list[dict[str, Any]]] = {}
-        votes: dict[tuple[str, int], list[int | None]] = {}
-        for v in conn.execute("SELECT session_id, turn_idx, value FROM votes ORDER BY session_id, turn_idx, vote_idx"):
-            votes.setdefault((v["session_id"], v["turn_idx"]), []).append(v["value"])
+        votes: dict[tuple[str, str, int], list[int | None]] = {}
+        for v in conn.execute("SELECT session_id, turn_idx, value, kind FROM votes ORDER BY session_id, turn_idx, vote_idx"):
+            votes.setdefault((v["kind"], v["session_id"], v["turn_idx"]), []).append(v["value"])
         for d in conn.execute("SELECT * FROM decisions ORDER BY id"):
             decisions.setdefault((d["session_id"], d["turn_idx"]), []).append(
                 {"kind": d["kind"], "value": d["value"], "reason": d["reason"]}
@@ -342,8 +361,11 @@ def export_records(run_dir: str | Path) -> dict[str, Any]:
                         "sampling": json.loads(t["sampling"]),
                         "timings": json.loads(t["timings"]),
                         "decisions": decisions.get((s["id"], t["idx"]), []),
-                        "votes": votes.get((s["id"], t["idx"]), []),
+                        "votes": votes.get(("reward", s["id"], t["idx"]), []),
                         "verdict": t["verdict"],
+                        "hint_votes": votes.get(("hint", s["id"], t["idx"]), []),
+                        "hint": t["hint"],
+                        "teacher_logprobs": json.loads(t["teacher_logprobs"]) if t["teacher_logprobs"] else None,
                         "trained_in_version": t["trained_in_version"],
                         "dropped": t["dropped"],
                     }

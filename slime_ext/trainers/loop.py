@@ -1,15 +1,18 @@
-"""The embedded Binary RL trainer: judged turns from the store -> optimizer step -> checkpoint.
+"""The embedded trainer (Binary RL, OPD, Combine): judged turns from the store -> optimizer step -> checkpoint.
 
 One ``step()``: take up to ``batch_size`` judged, untrained turns; drop (with a stored reason)
-those with a zero verdict (no signal) and those older than ``max_staleness`` versions; train on
-the rest with ``train_step``; write the new version's checkpoint (adapter or weights, optimizer
-state, the turns it used); then mark those turns ``trained_in_version``. A crash between the
+those without a training signal for the method (a zero verdict for Binary RL, no hint for OPD,
+neither for Combine) and those older than ``max_staleness`` versions; score the hinted ones with
+the teacher (``slime_ext.teacher``; its log-probs are stored for ``records``); train on the rest
+with ``train_step``; write the new version's checkpoint (adapter or weights, optimizer state, the
+turns it used); then mark those turns ``trained_in_version``. A crash between the
 checkpoint and the marking is repaired by ``resume()``, which re-marks the turns listed in the
 latest checkpoint, so no turn is trained twice or lost.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -19,7 +22,9 @@ from typing import Any
 
 import torch
 
-from slime_ext.algorithms import PolicyLossConfig, RunningBaseline, staleness_filter
+from slime_ext.algorithms import AdvantageWeights, PolicyLossConfig, RunningBaseline, staleness_filter
+from slime_ext.logprobs import teacher_forced_logprobs
+from slime_ext.teacher import teacher_logprobs, teacher_prompt_ids
 from slime_ext.trainers.step import Batch, response_logprobs, train_step
 from slime_ext.types import Sample
 
@@ -28,6 +33,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TrainerConfig:
+    method: str = "binary"  # "binary", "opd" or "combine"
     batch_size: int = 4
     lr: float = 1e-4
     lora_rank: int = 16  # 0: full weights
@@ -39,6 +45,26 @@ class TrainerConfig:
     keep_checkpoints: int = 3  # newest versions kept whole; older ones keep only trainer_state.json (0: all)
     micro_batch_size: int = 4
     loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
+    w_rl: float = 1.0  # Combine: weight of the verdict term
+    w_opd: float = 1.0  # Combine / OPD: weight of the teacher term
+    opd_clip: float = 5.0  # bound on |teacher - rollout| per token
+    teacher: str = "base"  # "base" (frozen initial model) or "policy" (the current policy: self-distillation)
+
+    @property
+    def weights(self) -> AdvantageWeights:
+        return AdvantageWeights.for_method(self.method, self.w_rl, self.w_opd, self.opd_clip)
+
+
+def no_signal(method: str, row: dict[str, Any]) -> str | None:
+    """Why a judged turn gives ``method`` nothing to learn from, or None when it does."""
+    has_hint = row.get("hint") is not None
+    if method == "binary" and row["verdict"] == 0:
+        return "verdict 0 (ambiguous): no training signal"
+    if method == "opd" and not has_hint:
+        return "no hint: nothing to distill" if row.get("hint_judged_at") else "no hint: not judged for hints"
+    if method == "combine" and row["verdict"] == 0 and not has_hint:
+        return "verdict 0 and no hint: no training signal"
+    return None
 
 
 def latest_checkpoint(run_dir: str | Path) -> tuple[int, Path] | None:
@@ -53,13 +79,15 @@ def latest_checkpoint(run_dir: str | Path) -> tuple[int, Path] | None:
 
 
 def turn_to_sample(row: dict[str, Any]) -> Sample:
-    """A judged turn as a Slime ``Sample``: exactly the recorded tokens and log-probs."""
+    """A judged turn as a Slime ``Sample``: exactly the recorded tokens and log-probs (and the
+    teacher's, when the turn has them)."""
     response = row["response_token_ids"]
     return Sample(
         tokens=row["prompt_token_ids"] + response,
         response_length=len(response),
         loss_mask=[1] * len(response),
         rollout_log_probs=row["response_logprobs"],
+        teacher_log_probs=row.get("teacher_logprobs"),
         reward=float(row["verdict"]),
         session_id=row["session_id"],
         metadata={"session_id": row["session_id"], "turn": row["idx"], "user": row.get("user"),
@@ -77,40 +105,61 @@ def wrap_lora(model, config: TrainerConfig):
                                             target_modules=config.lora_targets, lora_dropout=0.0))
 
 
-def initial_policy(model, config: TrainerConfig):
-    """Response log-probs under the initial policy, for the KL term; None when it is off.
+class InitialPolicy:
+    """The model as it was before training: the KL reference and the default OPD teacher.
 
-    With LoRA the initial policy is the model with its adapter disabled (no extra memory); with
-    full weights it is a frozen copy taken now (one more copy of the weights in memory).
+    With LoRA it is the model with its adapter disabled (no extra memory); with full weights, a
+    frozen copy taken at construction (one more copy of the weights), made only when needed.
     """
-    if not config.loss.kl_coef:
-        return None
-    if config.lora_rank > 0:
-        def with_adapter_disabled(batch: Batch) -> torch.Tensor:
-            with model.disable_adapter():
-                return response_logprobs(model, batch)
 
-        return with_adapter_disabled
-    import copy
-
-    frozen = copy.deepcopy(model).eval().requires_grad_(False)
-    return lambda batch: response_logprobs(frozen, batch)
-
-
-class BinaryRLTrainer:
-    def __init__(self, model, store, run_dir: str | Path, config: TrainerConfig, version: int = 0,
-                 pad_id: int = 0) -> None:
+    def __init__(self, model, config: TrainerConfig) -> None:
         self.model = model
+        needed = bool(config.loss.kl_coef) or (config.method != "binary" and config.teacher == "base")
+        self.frozen = None
+        if config.lora_rank <= 0 and needed:
+            import copy
+
+            self.frozen = copy.deepcopy(model).eval().requires_grad_(False)
+
+    @contextlib.contextmanager
+    def weights(self):
+        if self.frozen is not None:
+            yield self.frozen
+        else:
+            with self.model.disable_adapter():
+                yield self.model
+
+    def batch_logprobs(self, batch: Batch) -> torch.Tensor:
+        with self.weights() as m:
+            return response_logprobs(m, batch)
+
+    def logprobs(self, ids: list[int], start: int) -> list[float]:
+        with torch.no_grad(), self.weights() as m:
+            return teacher_forced_logprobs(m, ids, start).tolist()
+
+
+class OnlineTrainer:
+    def __init__(self, model, store, run_dir: str | Path, config: TrainerConfig, version: int = 0,
+                 pad_id: int = 0, renderer=None) -> None:
+        self.model = model
+        self.renderer = renderer  # a PromptRenderer for the teacher's prompts (OPD / Combine)
+        if config.method != "binary" and renderer is None:
+            raise ValueError(f"method {config.method}: the trainer needs a PromptRenderer for the teacher prompts")
+        if config.teacher not in ("base", "policy"):
+            raise ValueError(f"teacher {config.teacher!r}: expected base or policy")
+        _ = config.weights  # validates the method
         self.store = store
         self.config = config
         self.version = version
         self.pad_id = pad_id
         self.checkpoints = Path(run_dir) / "checkpoints"
         self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.lr)
-        self.reference = initial_policy(model, config)
+        self.initial = InitialPolicy(model, config)
+        self.reference = self.initial.batch_logprobs if config.loss.kl_coef else None
         if config.baseline not in ("none", "running"):
             raise ValueError(f"baseline {config.baseline!r}: expected none or running")
         self.baseline = RunningBaseline() if config.baseline == "running" else None
+        self.teacher_s = 0.0
 
     def step(self) -> dict[str, Any] | None:
         """Train once if ``batch_size`` usable turns are waiting; returns the step's metrics."""
@@ -118,8 +167,9 @@ class BinaryRLTrainer:
         usable = []
         stale = staleness_filter([r["policy_version"] for r in rows], self.version, self.config.max_staleness)
         for row, why in zip(rows, stale):
-            if why is None and row["verdict"] == 0:
-                why = "verdict 0 (ambiguous): no training signal"
+            why = why or no_signal(self.config.method, row)
+            if why is None and row.get("hint") and self.config.weights.w_opd:
+                why = self.score_with_teacher(row)
             if why is not None:
                 self.store.mark_dropped(row["session_id"], row["idx"], why)
             elif len(usable) < self.config.batch_size:
@@ -131,12 +181,17 @@ class BinaryRLTrainer:
         baseline = self.baseline.value if self.baseline else 0.0  # from earlier batches only: unbiased
         metrics = train_step(self.model, self.optimizer, samples, self.config.loss,
                              micro_batch_size=self.config.micro_batch_size, pad_id=self.pad_id,
-                             reference=self.reference, baseline=baseline)
+                             reference=self.reference, baseline=baseline, weights=self.config.weights)
         if self.baseline:
             for r in usable:
                 self.baseline.update(r["verdict"])
         metrics["baseline"] = baseline
-        metrics.update(turns=len(usable), reward_mean=sum(r["verdict"] for r in usable) / len(usable),
+        hinted = [r for r in usable if r.get("teacher_logprobs")]
+        if hinted:
+            gaps = [t - o for r in hinted for t, o in zip(r["teacher_logprobs"], r["response_logprobs"])]
+            metrics["teacher_gap_mean"] = sum(gaps) / len(gaps)
+        metrics.update(turns=len(usable), hinted_turns=len(hinted),
+                       reward_mean=sum(r["verdict"] for r in usable) / len(usable),
                        response_tokens=sum(len(r["response_token_ids"]) for r in usable),
                        staleness_mean=sum(self.version - r["policy_version"] for r in usable) / len(usable),
                        staleness_max=max(self.version - r["policy_version"] for r in usable))
@@ -148,6 +203,28 @@ class BinaryRLTrainer:
         self.prune()
         metrics.update(version=self.version, checkpoint=str(path))
         return metrics
+
+    def score_with_teacher(self, row: dict[str, Any]) -> str | None:
+        """Set ``row["teacher_logprobs"]`` (and store them); return why not when that is impossible."""
+        try:
+            prompt = teacher_prompt_ids(self.renderer, row["messages"], row["hint"], row.get("tools"), row.get("tool_choice"))
+        except Exception as e:  # a template that cannot render it: the turn cannot be distilled
+            return f"teacher prompt could not be rendered: {type(e).__name__}: {str(e)[:100]}"
+        context = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
+        if context and len(prompt) + len(row["response_token_ids"]) > context:
+            return f"teacher prompt too long: {len(prompt)} + {len(row['response_token_ids'])} tokens > context {context}"
+        started = time.perf_counter()
+        row["teacher_logprobs"] = teacher_logprobs(self._teacher_score, prompt, row["response_token_ids"])
+        self.teacher_s = time.perf_counter() - started
+        self.store.set_teacher_logprobs(row["session_id"], row["idx"], row["teacher_logprobs"])
+        return None
+
+    def _teacher_score(self, ids: list[int], start: int) -> list[float]:
+        """Teacher-forced log-probs under the teacher: the initial policy or the current one."""
+        if self.config.teacher == "base":
+            return self.initial.logprobs(ids, start)
+        with torch.no_grad():
+            return teacher_forced_logprobs(self.model, ids, start).tolist()
 
     def save(self, keys: list[tuple[str, int]], metrics: dict[str, Any] | None = None) -> Path:
         """Write ``checkpoints/v<version>`` atomically (temp dir, then rename)."""

@@ -35,7 +35,7 @@ def trainer_main(model: str, run_dir: str, config: dict[str, Any], poll_s: float
     from slime_ext.algorithms import PolicyLossConfig
     from slime_ext.models import resolve_model
     from slime_ext.store import Store
-    from slime_ext.trainers.loop import BinaryRLTrainer, TrainerConfig, wrap_lora
+    from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, wrap_lora
     from slime_ext.trainers.scalars import ScalarWriter
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s trainer: %(message)s")
@@ -47,13 +47,21 @@ def trainer_main(model: str, run_dir: str, config: dict[str, Any], poll_s: float
         fcntl.flock(lock, fcntl.LOCK_EX)
     torch.set_num_threads(threads)
     cfg = TrainerConfig(**{**config, "loss": PolicyLossConfig(**config.get("loss", {}))})
-    model = AutoModelForCausalLM.from_pretrained(str(resolve_model(model, progress=log.info)), dtype=torch.float32)
+    model_dir = str(resolve_model(model, progress=log.info))
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    renderer = None
+    if cfg.method != "binary":  # the teacher re-renders each hinted prompt as the server rendered it
+        from transformers import AutoTokenizer
+
+        from slime_ext.api.prompt import PromptRenderer
+
+        renderer = PromptRenderer(AutoTokenizer.from_pretrained(model_dir))
     store = Store(run_dir)
-    trainer = BinaryRLTrainer(wrap_lora(model, cfg), store, run_dir, cfg)
+    trainer = OnlineTrainer(wrap_lora(model, cfg), store, run_dir, cfg, renderer=renderer)
     if trainer.resume():
         log.info("resumed at version %d", trainer.version)
     scalars = ScalarWriter(run_dir)
-    log.info("ready: %s, lr %g, batch %d; scalars -> %s (%s)",
+    log.info("ready: %s, %s, lr %g, batch %d; scalars -> %s (%s)", cfg.method,
              f"LoRA rank {cfg.lora_rank}" if cfg.lora_rank else "full weights", cfg.lr, cfg.batch_size,
              scalars.dir, scalars.kind)
     parent = os.getppid()
@@ -69,6 +77,8 @@ def trainer_main(model: str, run_dir: str, config: dict[str, Any], poll_s: float
 def step_line(m: dict[str, Any]) -> str:
     """One log line per training step."""
     kl = f", kl_ref {m['kl_to_ref']:.4f}" if "kl_to_ref" in m else ""
+    if m.get("hinted_turns"):
+        kl += f", {m['hinted_turns']} hinted (teacher gap {m['teacher_gap_mean']:+.2f})"
     return (f"version {m['version']}: {m['turns']} turns ({m['response_tokens']} tokens, reward {m['reward_mean']:+.2f}), "
             f"loss {m['loss']:+.4f}, clip {m['clip_fraction']:.3f}, ratio {m['ratio_mean']:.3f} "
             f"[{m['ratio_min']:.3f}, {m['ratio_max']:.3f}], kl_rollout {m['kl_rollout']:.4f}{kl}, "

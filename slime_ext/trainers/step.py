@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-from slime_ext.algorithms import PolicyLossConfig, policy_loss, token_advantages
+from slime_ext.algorithms import AdvantageWeights, PolicyLossConfig, combined_advantages, policy_loss
 from slime_ext.logprobs import target_logprobs
 from slime_ext.types import Sample
 
@@ -31,8 +31,12 @@ class Batch:
     advantages: torch.Tensor  # [B, T]
 
 
-def collate(samples: list[Sample], pad_id: int = 0, baseline: float = 0.0) -> Batch:
-    """Right-pad samples into tensors; advantages are the reward on every response token."""
+BINARY = AdvantageWeights.for_method("binary")
+
+
+def collate(samples: list[Sample], pad_id: int = 0, baseline: float = 0.0, weights: AdvantageWeights = BINARY) -> Batch:
+    """Right-pad samples into tensors; per-token advantages by ``combined_advantages`` (the verdict
+    on every token for Binary RL, plus the teacher term for samples with ``teacher_log_probs``)."""
     lengths = [len(s.tokens) for s in samples]
     width = max(lengths)
     t_max = max(s.response_length for s in samples)
@@ -53,7 +57,8 @@ def collate(samples: list[Sample], pad_id: int = 0, baseline: float = 0.0) -> Ba
         mask = torch.tensor(s.loss_mask if s.loss_mask is not None else [1] * r, dtype=torch.float32)
         resp_mask[i, :r] = mask
         old[i, :r] = torch.tensor(s.rollout_log_probs, dtype=torch.float32)
-        adv[i, :r] = token_advantages(float(s.reward or 0.0), r, baseline)
+        teacher = torch.tensor(s.teacher_log_probs, dtype=torch.float32) if s.teacher_log_probs is not None else None
+        adv[i, :r] = combined_advantages(float(s.reward or 0.0), old[i, :r], teacher, weights, baseline)
     return Batch(tokens, attn, starts, resp_mask, old, adv)
 
 
@@ -72,7 +77,8 @@ def response_logprobs(model, batch: Batch) -> torch.Tensor:
 
 def train_step(model, optimizer, samples: list[Sample], config: PolicyLossConfig | None = None,
                *, micro_batch_size: int = 4, max_grad_norm: float = 1.0, pad_id: int = 0,
-               baseline: float = 0.0, reference: Callable[[Batch], torch.Tensor] | None = None) -> dict[str, Any]:
+               baseline: float = 0.0, reference: Callable[[Batch], torch.Tensor] | None = None,
+               weights: AdvantageWeights = BINARY) -> dict[str, Any]:
     """One optimizer step over ``samples`` with gradient accumulation over micro-batches.
 
     ``reference(batch)`` gives the reference policy's response log-probs for the KL term (used
@@ -84,7 +90,7 @@ def train_step(model, optimizer, samples: list[Sample], config: PolicyLossConfig
     chunks = [samples[i : i + micro_batch_size] for i in range(0, len(samples), micro_batch_size)]
     totals: dict[str, float] = {}
     for chunk in chunks:
-        batch = collate(chunk, pad_id, baseline)
+        batch = collate(chunk, pad_id, baseline, weights)
         ref = None
         if reference is not None and config.kl_coef:
             with torch.no_grad():

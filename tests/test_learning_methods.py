@@ -1,0 +1,61 @@
+"""The three learning methods end to end over HTTP on tiny, selected with --method.
+
+Each user's next message either thanks (+1, no hint), corrects with an instruction (-1, hint
+"Answer with a single word."), or corrects without one (-1, no hint). What gets trained, dropped
+and recorded (hint, teacher log-probs) follows the method:
+  binary  — verdicts only: no hint judging, every non-zero verdict is trained;
+  opd     — hints only: hinted turns are trained with teacher log-probs, the others dropped;
+  combine — both: every non-zero verdict is trained, hinted ones also with teacher log-probs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+
+import pytest
+
+FEEDBACK = ["Thanks, perfect!", "No. Answer with a single word.", "No, that's wrong.", "Great, thank you!"]
+HINT = "Answer with a single word."
+
+
+def chat(srv, messages, seed):
+    body = json.dumps({"model": "m", "messages": messages, "max_tokens": 6, "seed": seed}).encode()
+    req = urllib.request.Request(srv.url + "/chat/completions", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        assert r.status == 200
+        return json.loads(r.read())["choices"][0]["message"]["content"]
+
+
+@pytest.mark.parametrize("method", ["binary", "opd", "combine"])
+def test_method_selects_what_is_judged_trained_and_recorded(make_server, method):
+    srv = make_server(extra=["--method", method, "--batch-size", "1", "--lora-rank", "4", "--lr", "1e-3"])
+    for i, feedback in enumerate(FEEDBACK):
+        u = {"role": "user", "content": f"What is the capital of country {i}?"}
+        reply = chat(srv, [u], seed=i)
+        chat(srv, [u, {"role": "assistant", "content": reply}, {"role": "user", "content": feedback}], seed=100 + i)
+    trainable = {"binary": 4, "opd": 1, "combine": 4}[method]
+    deadline = time.time() + 180
+    while srv.health()["trained_turns"] + srv.health()["dropped_turns"] < 4:
+        assert time.time() < deadline, srv.log_tail()
+        time.sleep(0.3)
+    turns = {t["next_state"]: t for s in srv.records()["sessions"] for t in s["turns"] if t["next_state"]}
+    assert sorted(turns) == sorted(FEEDBACK)
+    trained = {k for k, t in turns.items() if t["trained_in_version"] is not None}
+    assert len(trained) == trainable and srv.health()["policy_version"] >= 1
+    hinted = turns[FEEDBACK[1]]
+    if method == "binary":
+        assert all(t["hint"] is None and t["hint_votes"] == [] and t["teacher_logprobs"] is None for t in turns.values())
+        return
+    assert hinted["hint"] == HINT and hinted["hint_votes"] == [1]
+    assert len(hinted["teacher_logprobs"]) == len(hinted["response_token_ids"])
+    # the teacher saw the hint: its log-probs of the same tokens differ from the recorded ones
+    assert max(abs(a - b) for a, b in zip(hinted["teacher_logprobs"], hinted["response_logprobs"])) > 1e-4
+    others = [t for k, t in turns.items() if k != FEEDBACK[1]]
+    assert all(t["hint"] is None and len(t["hint_votes"]) == 1 and t["teacher_logprobs"] is None for t in others)
+    if method == "opd":
+        assert trained == {FEEDBACK[1]}
+        assert all(t["dropped"] == "no hint: nothing to distill" for t in others)
+    else:
+        assert trained == set(FEEDBACK) and all(t["dropped"] is None for t in turns.values())
