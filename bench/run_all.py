@@ -22,12 +22,14 @@ BENCHMARKS = {
     "proxy_overhead": [],
     "generation_throughput": [],
     "learning_latency": [],
+    "topk_loss": [],
 }
 
 QUICK = {
     "proxy_overhead": ["--requests", "32", "--rounds", "2"],
     "generation_throughput": ["--concurrency", "1,8", "--max-tokens", "32", "--waves", "1"],
     "learning_latency": ["--quick"],
+    "topk_loss": ["--quick"],
 }
 
 
