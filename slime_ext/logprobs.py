@@ -22,8 +22,14 @@ def target_logprobs(hidden: torch.Tensor, head_fp32: torch.Tensor, targets: torc
     return logp.gather(1, targets[:, None])[:, 0]
 
 
-def teacher_forced_logprobs(model, ids: Sequence[int], start: int) -> torch.Tensor:
-    """Log-probs of ``ids[start:]`` given what precedes each, from one forward pass of ``model``."""
+def teacher_forced_logits(model, ids: Sequence[int], start: int) -> torch.Tensor:
+    """fp32 logits ``[len(ids) - start, V]`` predicting each of ``ids[start:]``, from one forward pass."""
     with torch.no_grad():
         hidden = model.get_decoder()(input_ids=torch.tensor([list(ids)])).last_hidden_state[0, start - 1 : -1]
-        return target_logprobs(hidden, model.get_output_embeddings().weight.float(), torch.tensor(list(ids[start:])))
+        return output_logits(hidden, model.get_output_embeddings().weight.float())
+
+
+def teacher_forced_logprobs(model, ids: Sequence[int], start: int) -> torch.Tensor:
+    """Log-probs of ``ids[start:]`` given what precedes each, from one forward pass of ``model``."""
+    logits = teacher_forced_logits(model, ids, start)
+    return torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(list(ids[start:]))[:, None])[:, 0]

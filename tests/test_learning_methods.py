@@ -5,7 +5,8 @@ Each user's next message either thanks (+1, no hint), corrects with an instructi
 and recorded (hint, teacher log-probs) follows the method:
   binary  — verdicts only: no hint judging, every non-zero verdict is trained;
   opd     — hints only: hinted turns are trained with teacher log-probs, the others dropped;
-  combine — both: every non-zero verdict is trained, hinted ones also with teacher log-probs.
+  combine — both: every non-zero verdict is trained, hinted ones also with teacher log-probs
+            (with --distill topk, the teacher term is the top-k reverse KL instead).
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ def chat(srv, messages, seed):
         return json.loads(r.read())["choices"][0]["message"]["content"]
 
 
-@pytest.mark.parametrize("method", ["binary", "opd", "combine"])
-def test_method_selects_what_is_judged_trained_and_recorded(make_server, method):
-    srv = make_server(extra=["--method", method, "--batch-size", "1", "--lora-rank", "4", "--lr", "1e-3"])
+@pytest.mark.parametrize("method, extra", [("binary", []), ("opd", []), ("combine", []),
+                                           ("combine", ["--distill", "topk", "--topk", "4"])],
+                         ids=["binary", "opd", "combine", "combine-topk"])
+def test_method_selects_what_is_judged_trained_and_recorded(make_server, method, extra):
+    srv = make_server(extra=["--method", method, "--batch-size", "1", "--lora-rank", "4", "--lr", "1e-3", *extra])
     for i, feedback in enumerate(FEEDBACK):
         u = {"role": "user", "content": f"What is the capital of country {i}?"}
         reply = chat(srv, [u], seed=i)

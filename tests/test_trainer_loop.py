@@ -161,3 +161,46 @@ def test_old_checkpoints_keep_only_their_trainer_state(tmp_path):
     assert files["v000001"] == files["v000002"] == ["trainer_state.json"]
     assert {"adapter_model.safetensors", "optimizer.pt", "trainer_state.json"} <= set(files["v000004"])
     assert set(files["v000003"]) == set(files["v000004"])
+
+
+@pytest.mark.parametrize("distill", ["token", "topk"])
+def test_opd_step_stores_teacher_logprobs_and_pulls_towards_the_teacher(tmp_path, distill):
+    """The hint makes the teacher prefer some tokens; an OPD step moves the student towards it."""
+    from transformers import AutoTokenizer
+
+    from slime_ext.api.prompt import PromptRenderer
+    from slime_ext.trainers.loop import wrap_lora
+
+    model_dir, base, store, _, _ = setup(tmp_path)
+    renderer = PromptRenderer(AutoTokenizer.from_pretrained(model_dir))
+    for i in range(4):
+        sid = f"hinted{i}"
+        prompt = renderer.render([{"role": "user", "content": f"question {i}"}], [])
+        record(store, base, sid, prompt, [500 + i, 600 + i, 700 + i], 0)
+        store.record_verdict(sid, 0, 0, [(0, "test")], hint="Always answer in French.", hint_votes=[(1, "t")])
+    with store._lock:  # the synthetic turns above need their request messages for the teacher prompt
+        for i in range(4):
+            store._conn.execute("UPDATE turns SET messages=? WHERE session_id=?",
+                                (f'[{{"role": "user", "content": "question {i}"}}]', f"hinted{i}"))
+    cfg = TrainerConfig(method="opd", batch_size=4, lr=1e-3, lora_rank=8, lora_alpha=16, distill=distill, topk=8)
+    trainer = OnlineTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg, renderer=renderer)
+    m = trainer.step()
+    assert m["hinted_turns"] == 4 and ("topk_kl" in m) == (distill == "topk")
+    turns = turns_by_session(store)
+    assert {k for k, t in turns.items() if t["trained_in_version"]} == {f"hinted{i}" for i in range(4)}
+    assert all(t["dropped"] for k, t in turns.items() if not k.startswith("hinted"))
+    assert turns["good1"]["dropped"] == "no hint: not judged for hints" and "stale" in turns["old"]["dropped"]
+    assert all(len(turns[f"hinted{i}"]["teacher_logprobs"]) == 3 for i in range(4))
+    if distill == "token":  # the step moved each token's log-prob the way teacher - rollout points
+        moved = 0.0
+        for i in range(4):
+            t = turns[f"hinted{i}"]
+            prompt, response = t["prompt_token_ids"], t["response_token_ids"]
+            with torch.no_grad():
+                after = teacher_forced_logprobs(trainer.model, prompt + response, len(prompt))
+            before = torch.tensor(t["response_logprobs"])
+            moved += float(((torch.tensor(t["teacher_logprobs"]) - before) * (after - before)).sum())
+        assert moved > 0
+    else:  # the top-k reverse KL to the teacher went down: train on the same turns again and compare
+        store.mark_trained([(f"hinted{i}", 0) for i in range(4)], None)
+        assert trainer.step()["topk_kl"] < m["topk_kl"]

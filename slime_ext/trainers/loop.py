@@ -23,8 +23,9 @@ from typing import Any
 import torch
 
 from slime_ext.algorithms import AdvantageWeights, PolicyLossConfig, RunningBaseline, staleness_filter
-from slime_ext.logprobs import teacher_forced_logprobs
-from slime_ext.teacher import teacher_logprobs, teacher_prompt_ids
+from slime_ext.algorithms.topk import teacher_topk
+from slime_ext.logprobs import teacher_forced_logits
+from slime_ext.teacher import teacher_prompt_ids
 from slime_ext.trainers.step import Batch, response_logprobs, train_step
 from slime_ext.types import Sample
 
@@ -49,10 +50,21 @@ class TrainerConfig:
     w_opd: float = 1.0  # Combine / OPD: weight of the teacher term
     opd_clip: float = 5.0  # bound on |teacher - rollout| per token
     teacher: str = "base"  # "base" (frozen initial model) or "policy" (the current policy: self-distillation)
+    distill: str = "token"  # "token": the teacher term in the advantage; "topk": top-k reverse KL to the teacher
+    topk: int = 16  # k of the top-k distillation
+
+    @property
+    def topk_coef(self) -> float:
+        """Weight of the top-k distillation loss (``w_opd``, when it replaces the token term)."""
+        if self.distill != "topk":
+            return 0.0
+        return AdvantageWeights.for_method(self.method, self.w_rl, self.w_opd, self.opd_clip).w_opd
 
     @property
     def weights(self) -> AdvantageWeights:
-        return AdvantageWeights.for_method(self.method, self.w_rl, self.w_opd, self.opd_clip)
+        """The advantage weights; with top-k distillation the teacher term is the separate loss."""
+        w = AdvantageWeights.for_method(self.method, self.w_rl, self.w_opd, self.opd_clip)
+        return AdvantageWeights(w.w_rl, 0.0, w.opd_clip) if self.distill == "topk" else w
 
 
 def no_signal(method: str, row: dict[str, Any]) -> str | None:
@@ -91,6 +103,7 @@ def turn_to_sample(row: dict[str, Any]) -> Sample:
         reward=float(row["verdict"]),
         session_id=row["session_id"],
         metadata={"session_id": row["session_id"], "turn": row["idx"], "user": row.get("user"),
+                  "teacher_topk": row.get("teacher_topk"),
                   "policy_version": row["policy_version"], "policy_version_end": row["policy_version_end"]},
     )
 
@@ -133,9 +146,6 @@ class InitialPolicy:
         with self.weights() as m:
             return response_logprobs(m, batch)
 
-    def logprobs(self, ids: list[int], start: int) -> list[float]:
-        with torch.no_grad(), self.weights() as m:
-            return teacher_forced_logprobs(m, ids, start).tolist()
 
 
 class OnlineTrainer:
@@ -168,7 +178,7 @@ class OnlineTrainer:
         stale = staleness_filter([r["policy_version"] for r in rows], self.version, self.config.max_staleness)
         for row, why in zip(rows, stale):
             why = why or no_signal(self.config.method, row)
-            if why is None and row.get("hint") and self.config.weights.w_opd:
+            if why is None and row.get("hint") and self.config.method != "binary":
                 why = self.score_with_teacher(row)
             if why is not None:
                 self.store.mark_dropped(row["session_id"], row["idx"], why)
@@ -181,7 +191,8 @@ class OnlineTrainer:
         baseline = self.baseline.value if self.baseline else 0.0  # from earlier batches only: unbiased
         metrics = train_step(self.model, self.optimizer, samples, self.config.loss,
                              micro_batch_size=self.config.micro_batch_size, pad_id=self.pad_id,
-                             reference=self.reference, baseline=baseline, weights=self.config.weights)
+                             reference=self.reference, baseline=baseline, weights=self.config.weights,
+                             topk_coef=self.config.topk_coef)
         if self.baseline:
             for r in usable:
                 self.baseline.update(r["verdict"])
@@ -214,17 +225,22 @@ class OnlineTrainer:
         if context and len(prompt) + len(row["response_token_ids"]) > context:
             return f"teacher prompt too long: {len(prompt)} + {len(row['response_token_ids'])} tokens > context {context}"
         started = time.perf_counter()
-        row["teacher_logprobs"] = teacher_logprobs(self._teacher_score, prompt, row["response_token_ids"])
+        logits = self._teacher_logits(prompt + row["response_token_ids"], len(prompt))  # [r, V]: one teacher pass
+        targets = torch.tensor(row["response_token_ids"])[:, None]
+        row["teacher_logprobs"] = torch.log_softmax(logits, -1).gather(1, targets)[:, 0].tolist()
+        if self.config.distill == "topk":
+            top = teacher_topk(logits[None], self.config.topk)
+            row["teacher_topk"] = (top.ids[0], top.logprobs[0])
         self.teacher_s = time.perf_counter() - started
         self.store.set_teacher_logprobs(row["session_id"], row["idx"], row["teacher_logprobs"])
         return None
 
-    def _teacher_score(self, ids: list[int], start: int) -> list[float]:
-        """Teacher-forced log-probs under the teacher: the initial policy or the current one."""
+    def _teacher_logits(self, ids: list[int], start: int) -> torch.Tensor:
+        """Teacher-forced logits under the teacher: the initial policy or the current one."""
         if self.config.teacher == "base":
-            return self.initial.logprobs(ids, start)
-        with torch.no_grad():
-            return teacher_forced_logprobs(self.model, ids, start).tolist()
+            with self.initial.weights() as m:
+                return teacher_forced_logits(m, ids, start)
+        return teacher_forced_logits(self.model, ids, start)
 
     def save(self, keys: list[tuple[str, int]], metrics: dict[str, Any] | None = None) -> Path:
         """Write ``checkpoints/v<version>`` atomically (temp dir, then rename)."""

@@ -16,8 +16,16 @@ from typing import Any, Callable
 
 import torch
 
-from slime_ext.algorithms import AdvantageWeights, PolicyLossConfig, combined_advantages, policy_loss
-from slime_ext.logprobs import target_logprobs
+from slime_ext.algorithms import (
+    AdvantageWeights,
+    PolicyLossConfig,
+    TopK,
+    combined_advantages,
+    policy_loss,
+    topk_distillation_loss,
+)
+from slime_ext.algorithms.topk import gather_log_softmax
+from slime_ext.logprobs import output_logits
 from slime_ext.types import Sample
 
 
@@ -29,6 +37,8 @@ class Batch:
     response_mask: torch.Tensor  # [B, T] over response positions (T = longest response)
     rollout_logprobs: torch.Tensor  # [B, T]
     advantages: torch.Tensor  # [B, T]
+    teacher_topk: TopK | None = None  # [B, T, k] for top-k distillation (zeros where absent)
+    topk_mask: torch.Tensor | None = None  # [B, T]: response tokens of samples with a teacher top-k
 
 
 BINARY = AdvantageWeights.for_method("binary")
@@ -59,30 +69,60 @@ def collate(samples: list[Sample], pad_id: int = 0, baseline: float = 0.0, weigh
         old[i, :r] = torch.tensor(s.rollout_log_probs, dtype=torch.float32)
         teacher = torch.tensor(s.teacher_log_probs, dtype=torch.float32) if s.teacher_log_probs is not None else None
         adv[i, :r] = combined_advantages(float(s.reward or 0.0), old[i, :r], teacher, weights, baseline)
-    return Batch(tokens, attn, starts, resp_mask, old, adv)
+    batch = Batch(tokens, attn, starts, resp_mask, old, adv)
+    tops = [(i, s.metadata.get("teacher_topk")) for i, s in enumerate(samples)]
+    tops = [(i, t) for i, t in tops if t is not None]
+    if tops:  # per sample (ids [r, k], log-probs [r, k]) -> padded [B, T, k]
+        k = tops[0][1][0].shape[1]
+        ids = torch.zeros(n, t_max, k, dtype=torch.long)
+        lps = torch.zeros(n, t_max, k)
+        batch.topk_mask = torch.zeros(n, t_max)
+        for i, (tid, tlp) in tops:
+            r = samples[i].response_length
+            ids[i, :r], lps[i, :r] = tid, tlp
+            ids[i, r:] = torch.arange(k)  # distinct ids on padding (masked out)
+            batch.topk_mask[i, :r] = resp_mask[i, :r]
+        for i in set(range(n)) - {i for i, _ in tops}:
+            ids[i] = torch.arange(k)
+        batch.teacher_topk = TopK(ids, lps)
+    return batch
+
+
+def response_logits(model, batch: Batch) -> torch.Tensor:
+    """fp32 logits ``[B, T, V]`` at each sample's response positions (0 past the end)."""
+    hidden = model.get_decoder()(input_ids=batch.tokens, attention_mask=batch.attention_mask).last_hidden_state
+    head = model.get_output_embeddings().weight.float()
+    t_max = batch.response_mask.shape[1]
+    out = hidden.new_zeros(len(batch.response_start), t_max, head.shape[0], dtype=torch.float32)
+    for i, start in enumerate(batch.response_start):
+        r = int(batch.attention_mask[i].sum()) - start
+        out[i, :r] = output_logits(hidden[i, start - 1 : start - 1 + r], head)  # position p predicts token p + 1
+    return out
+
+
+def target_logprobs_of(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
+    """Log-probs ``[B, T]`` of the response tokens from their logits (0 past the end)."""
+    t_max = logits.shape[1]
+    targets = torch.stack([torch.nn.functional.pad(batch.tokens[i, s : s + t_max], (0, max(0, s + t_max - batch.tokens.shape[1])))
+                           for i, s in enumerate(batch.response_start)])
+    logp = gather_log_softmax(logits, targets[:, :, None])[:, :, 0]  # no [B, T, V] log-softmax kept
+    return logp * (batch.response_mask > 0)
 
 
 def response_logprobs(model, batch: Batch) -> torch.Tensor:
     """Log-probs ``[B, T]`` of each sample's response tokens under ``model`` (0 past the end)."""
-    hidden = model.get_decoder()(input_ids=batch.tokens, attention_mask=batch.attention_mask).last_hidden_state
-    head = model.get_output_embeddings().weight.float()
-    t_max = batch.response_mask.shape[1]
-    out = hidden.new_zeros(len(batch.response_start), t_max, dtype=torch.float32)
-    for i, start in enumerate(batch.response_start):
-        r = int(batch.attention_mask[i].sum()) - start
-        h = hidden[i, start - 1 : start - 1 + r]  # position p predicts token p + 1
-        out[i, :r] = target_logprobs(h, head, batch.tokens[i, start : start + r])
-    return out
+    return target_logprobs_of(response_logits(model, batch), batch)
 
 
 def train_step(model, optimizer, samples: list[Sample], config: PolicyLossConfig | None = None,
                *, micro_batch_size: int = 4, max_grad_norm: float = 1.0, pad_id: int = 0,
                baseline: float = 0.0, reference: Callable[[Batch], torch.Tensor] | None = None,
-               weights: AdvantageWeights = BINARY) -> dict[str, Any]:
+               weights: AdvantageWeights = BINARY, topk_coef: float = 0.0) -> dict[str, Any]:
     """One optimizer step over ``samples`` with gradient accumulation over micro-batches.
 
     ``reference(batch)`` gives the reference policy's response log-probs for the KL term (used
-    only when ``config.kl_coef`` > 0).
+    only when ``config.kl_coef`` > 0). Samples with ``metadata["teacher_topk"]`` (ids and
+    log-probs ``[r, k]``) add ``topk_coef`` x the top-k reverse KL to the teacher.
     """
     config = config or PolicyLossConfig()
     model.train()
@@ -95,9 +135,14 @@ def train_step(model, optimizer, samples: list[Sample], config: PolicyLossConfig
         if reference is not None and config.kl_coef:
             with torch.no_grad():
                 ref = reference(batch)
-        logp = response_logprobs(model, batch)
+        logits = response_logits(model, batch)
+        logp = target_logprobs_of(logits, batch)
         loss, metrics = policy_loss(logp, batch.rollout_logprobs, batch.advantages, batch.response_mask, config,
                                     ref_logprobs=ref)
+        if topk_coef and batch.teacher_topk is not None:
+            distill, distill_metrics = topk_distillation_loss(logits, batch.teacher_topk, batch.topk_mask)
+            loss = loss + topk_coef * distill
+            metrics.update(distill_metrics)
         (loss * len(chunk) / len(samples)).backward()
         for k, v in {"loss": loss.detach(), **metrics}.items():
             totals[k] = totals.get(k, 0.0) + float(v) * len(chunk) / len(samples)
