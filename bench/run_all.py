@@ -22,6 +22,7 @@ BENCHMARKS = {
     "proxy_overhead": [],
     "generation_throughput": [],
     "learning_latency": [],
+    "opd_overhead": [],
     "topk_loss": [],
 }
 
@@ -29,6 +30,7 @@ QUICK = {
     "proxy_overhead": ["--requests", "32", "--rounds", "2"],
     "generation_throughput": ["--concurrency", "1,8", "--max-tokens", "32", "--waves", "1"],
     "learning_latency": ["--quick"],
+    "opd_overhead": ["--quick"],
     "topk_loss": ["--quick"],
 }
 

@@ -79,6 +79,8 @@ def step_line(m: dict[str, Any]) -> str:
     kl = f", kl_ref {m['kl_to_ref']:.4f}" if "kl_to_ref" in m else ""
     if m.get("hinted_turns"):
         kl += f", {m['hinted_turns']} hinted (teacher gap {m['teacher_gap_mean']:+.2f})"
+    if "topk_kl" in m:
+        kl += f", top-k KL {m['topk_kl']:.4f}"
     return (f"version {m['version']}: {m['turns']} turns ({m['response_tokens']} tokens, reward {m['reward_mean']:+.2f}), "
             f"loss {m['loss']:+.4f}, clip {m['clip_fraction']:.3f}, ratio {m['ratio_mean']:.3f} "
             f"[{m['ratio_min']:.3f}, {m['ratio_max']:.3f}], kl_rollout {m['kl_rollout']:.4f}{kl}, "
