@@ -61,3 +61,15 @@ def test_settings_that_cannot_work_are_refused_before_loading_anything(tmp_path,
     r = cli("serve", "--model", "tiny", "--run-dir", str(tmp_path / "run"), *flags)
     assert r.returncode == 2 and named in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("folder, method", [("openclaw-binary", "binary"), ("openclaw-opd", "opd"),
+                                            ("openclaw-combine", "combine")])
+def test_setting_folders_run_serve_with_their_method(folder, method):
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    script = root / folder / "run_local.sh"
+    assert f"--method {method}" in script.read_text() and "run_local.sh" in (root / folder / "README.md").read_text()
+    r = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "--method" in r.stdout, r.stderr[-2000:]
