@@ -58,6 +58,8 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
                    help=f"OPD signal: token (teacher - rollout log-prob as the advantage) or topk (reverse KL "
                         f"over the teacher's top-k tokens plus a tail bin) [{d.distill}]")
     p.add_argument("--topk", type=int, help=f"k of --distill topk [{d.topk}]")
+    p.add_argument("--topk-support", choices=["teacher", "student"],
+                   help=f"--distill topk over the teacher's top-k tokens or the student's [{d.topk_support}]")
     p.add_argument("--opd-clip", type=float, help=f"bound on the per-token teacher - rollout log-prob gap [{d.opd_clip:g}]")
     p.add_argument("--batch-size", type=int, help=f"judged turns per training step [{d.batch_size}]")
     p.add_argument("--lora-rank", type=int, help=f"LoRA rank; 0 trains full weights [{d.lora_rank}]")

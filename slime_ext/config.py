@@ -59,6 +59,7 @@ class ServeConfig:
     opd_clip: float = 5.0  # bound on |teacher - rollout| log-prob per token
     distill: str = "token"  # "token" (teacher - rollout in the advantage) or "topk" (reverse KL over the teacher's top-k)
     topk: int = 16
+    topk_support: str = "teacher"  # the teacher's top-k, or the student's
 
     def trainer_config(self):
         """The trainer's settings, taken from these."""
@@ -67,7 +68,7 @@ class ServeConfig:
 
         return TrainerConfig(method=self.method, batch_size=self.batch_size, lr=self.lr, lora_rank=self.lora_rank,
                              teacher=self.teacher, w_rl=self.w_rl, w_opd=self.w_opd, opd_clip=self.opd_clip,
-                             distill=self.distill, topk=self.topk,
+                             distill=self.distill, topk=self.topk, topk_support=self.topk_support,
                              max_staleness=self.max_staleness, baseline=self.baseline,
                              keep_checkpoints=self.keep_checkpoints,
                              loss=PolicyLossConfig(kl_coef=self.kl_coef))
@@ -95,6 +96,8 @@ class ServeConfig:
             raise ValueError("judge openai needs judge_url and judge_model (--judge-url, --judge-model)")
         if self.method not in ("none", "binary", "opd", "combine"):
             raise ValueError(f"method {self.method!r}: expected combine, binary, opd or none")
+        if self.topk_support not in ("teacher", "student"):
+            raise ValueError(f"topk_support {self.topk_support!r}: expected teacher or student")
         if self.distill not in ("token", "topk") or self.topk < 1:
             raise ValueError(f"distill {self.distill!r} / topk {self.topk}: expected token or topk, and topk >= 1")
         if self.teacher not in ("base", "policy"):

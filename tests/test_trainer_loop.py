@@ -163,8 +163,8 @@ def test_old_checkpoints_keep_only_their_trainer_state(tmp_path):
     assert set(files["v000003"]) == set(files["v000004"])
 
 
-@pytest.mark.parametrize("distill", ["token", "topk"])
-def test_opd_step_stores_teacher_logprobs_and_pulls_towards_the_teacher(tmp_path, distill):
+@pytest.mark.parametrize("distill, support", [("token", "teacher"), ("topk", "teacher"), ("topk", "student")])
+def test_opd_step_stores_teacher_logprobs_and_pulls_towards_the_teacher(tmp_path, distill, support):
     """The hint makes the teacher prefer some tokens; an OPD step moves the student towards it."""
     from transformers import AutoTokenizer
 
@@ -182,7 +182,8 @@ def test_opd_step_stores_teacher_logprobs_and_pulls_towards_the_teacher(tmp_path
         for i in range(4):
             store._conn.execute("UPDATE turns SET messages=? WHERE session_id=?",
                                 (f'[{{"role": "user", "content": "question {i}"}}]', f"hinted{i}"))
-    cfg = TrainerConfig(method="opd", batch_size=4, lr=1e-3, lora_rank=8, lora_alpha=16, distill=distill, topk=8)
+    cfg = TrainerConfig(method="opd", batch_size=4, lr=1e-3, lora_rank=8, lora_alpha=16, distill=distill, topk=8,
+                        topk_support=support)
     trainer = OnlineTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg, renderer=renderer)
     m = trainer.step()
     assert m["hinted_turns"] == 4 and ("topk_kl" in m) == (distill == "topk")

@@ -52,6 +52,7 @@ class TrainerConfig:
     teacher: str = "base"  # "base" (frozen initial model) or "policy" (the current policy: self-distillation)
     distill: str = "token"  # "token": the teacher term in the advantage; "topk": top-k reverse KL to the teacher
     topk: int = 16  # k of the top-k distillation
+    topk_support: str = "teacher"  # whose top-k: the teacher's, or the student's (keeps the teacher's full log-probs)
 
     @property
     def topk_coef(self) -> float:
@@ -157,6 +158,8 @@ class OnlineTrainer:
             raise ValueError(f"method {config.method}: the trainer needs a PromptRenderer for the teacher prompts")
         if config.teacher not in ("base", "policy"):
             raise ValueError(f"teacher {config.teacher!r}: expected base or policy")
+        if config.topk_support not in ("teacher", "student"):
+            raise ValueError(f"topk_support {config.topk_support!r}: expected teacher or student")
         _ = config.weights  # validates the method
         self.store = store
         self.config = config
@@ -192,7 +195,7 @@ class OnlineTrainer:
         metrics = train_step(self.model, self.optimizer, samples, self.config.loss,
                              micro_batch_size=self.config.micro_batch_size, pad_id=self.pad_id,
                              reference=self.reference, baseline=baseline, weights=self.config.weights,
-                             topk_coef=self.config.topk_coef)
+                             topk_coef=self.config.topk_coef, topk=self.config.topk)
         if self.baseline:
             for r in usable:
                 self.baseline.update(r["verdict"])
@@ -228,7 +231,9 @@ class OnlineTrainer:
         logits = self._teacher_logits(prompt + row["response_token_ids"], len(prompt))  # [r, V]: one teacher pass
         targets = torch.tensor(row["response_token_ids"])[:, None]
         row["teacher_logprobs"] = torch.log_softmax(logits, -1).gather(1, targets)[:, 0].tolist()
-        if self.config.distill == "topk":
+        if self.config.distill == "topk" and self.config.topk_support == "student":
+            row["teacher_topk"] = torch.log_softmax(logits, -1)  # [r, V], for this step only
+        elif self.config.distill == "topk":
             top = teacher_topk(logits[None], self.config.topk)
             row["teacher_topk"] = (top.ids[0], top.logprobs[0])
         self.teacher_s = time.perf_counter() - started

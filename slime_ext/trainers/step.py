@@ -37,7 +37,9 @@ class Batch:
     response_mask: torch.Tensor  # [B, T] over response positions (T = longest response)
     rollout_logprobs: torch.Tensor  # [B, T]
     advantages: torch.Tensor  # [B, T]
-    teacher_topk: TopK | None = None  # [B, T, k] for top-k distillation (zeros where absent)
+    # top-k distillation: the teacher's top-k (ids and log-probs [B, T, k]), or its full log-probs
+    # [B, T, V] for student-top-k support; zeros where absent
+    teacher_topk: TopK | torch.Tensor | None = None
     topk_mask: torch.Tensor | None = None  # [B, T]: response tokens of samples with a teacher top-k
 
 
@@ -72,7 +74,16 @@ def collate(samples: list[Sample], pad_id: int = 0, baseline: float = 0.0, weigh
     batch = Batch(tokens, attn, starts, resp_mask, old, adv)
     tops = [(i, s.metadata.get("teacher_topk")) for i, s in enumerate(samples)]
     tops = [(i, t) for i, t in tops if t is not None]
-    if tops:  # per sample (ids [r, k], log-probs [r, k]) -> padded [B, T, k]
+    if tops and isinstance(tops[0][1], torch.Tensor):  # full teacher log-probs [r, V] -> [B, T, V]
+        full = torch.zeros(n, t_max, tops[0][1].shape[1])
+        batch.topk_mask = torch.zeros(n, t_max)
+        for i, t in tops:
+            r = samples[i].response_length
+            full[i, :r] = t
+            batch.topk_mask[i, :r] = resp_mask[i, :r]
+        full[batch.topk_mask == 0] = -torch.log(torch.tensor(float(full.shape[2])))  # uniform where masked
+        batch.teacher_topk = full
+    elif tops:  # per sample (ids [r, k], log-probs [r, k]) -> padded [B, T, k]
         k = tops[0][1][0].shape[1]
         ids = torch.zeros(n, t_max, k, dtype=torch.long)
         lps = torch.zeros(n, t_max, k)
@@ -117,12 +128,13 @@ def response_logprobs(model, batch: Batch) -> torch.Tensor:
 def train_step(model, optimizer, samples: list[Sample], config: PolicyLossConfig | None = None,
                *, micro_batch_size: int = 4, max_grad_norm: float = 1.0, pad_id: int = 0,
                baseline: float = 0.0, reference: Callable[[Batch], torch.Tensor] | None = None,
-               weights: AdvantageWeights = BINARY, topk_coef: float = 0.0) -> dict[str, Any]:
+               weights: AdvantageWeights = BINARY, topk_coef: float = 0.0, topk: int | None = None) -> dict[str, Any]:
     """One optimizer step over ``samples`` with gradient accumulation over micro-batches.
 
     ``reference(batch)`` gives the reference policy's response log-probs for the KL term (used
-    only when ``config.kl_coef`` > 0). Samples with ``metadata["teacher_topk"]`` (ids and
-    log-probs ``[r, k]``) add ``topk_coef`` x the top-k reverse KL to the teacher.
+    only when ``config.kl_coef`` > 0). Samples with ``metadata["teacher_topk"]`` add ``topk_coef``
+    x the top-k reverse KL to the teacher: over the teacher's top-k (ids and log-probs ``[r, k]``),
+    or over the student's top ``topk`` tokens (the teacher's full log-probs ``[r, V]``).
     """
     config = config or PolicyLossConfig()
     model.train()
@@ -140,7 +152,10 @@ def train_step(model, optimizer, samples: list[Sample], config: PolicyLossConfig
         loss, metrics = policy_loss(logp, batch.rollout_logprobs, batch.advantages, batch.response_mask, config,
                                     ref_logprobs=ref)
         if topk_coef and batch.teacher_topk is not None:
-            distill, distill_metrics = topk_distillation_loss(logits, batch.teacher_topk, batch.topk_mask)
+            student_support = isinstance(batch.teacher_topk, torch.Tensor)
+            distill, distill_metrics = topk_distillation_loss(
+                logits, batch.teacher_topk, batch.topk_mask, k=topk if student_support else None,
+                support="student" if student_support else "teacher")
             loss = loss + topk_coef * distill
             metrics.update(distill_metrics)
         (loss * len(chunk) / len(samples)).backward()
