@@ -12,8 +12,10 @@ from slime_ext.config import ServeConfig
 log = logging.getLogger("openclaw_rl")
 
 
-def build_server(cfg: ServeConfig):
-    """Everything ``serve`` needs, constructed and ready (used by the CLI and by tests)."""
+def build_server(cfg: ServeConfig, engine=None, tokenizer=None):
+    """Everything ``serve`` needs, constructed and ready (used by the CLI, the Slime rollout hook
+    and tests). ``engine`` / ``tokenizer``: given (e.g. the SGLang client inside Slime, whose
+    weights Slime syncs itself: no checkpoint watcher then), or the embedded engine on ``cfg.model``."""
     from transformers import AutoTokenizer
 
     from slime_ext.api.server import ChatServer, ServerSettings
@@ -22,13 +24,16 @@ def build_server(cfg: ServeConfig):
     from slime_ext.sessions import SessionTracker
     from slime_ext.store import Store
 
-    model_dir = resolve_model(cfg.model, progress=log.info)
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    threads = cfg.threads or (max(1, (os.cpu_count() or 1) - 1) if cfg.method != "none" else None)
-    engine = LocalEngine(
-        model_dir, dtype=cfg.dtype, threads=threads, max_batch_size=cfg.max_batch_size,
-        context_length=cfg.context_length or None, prefix_cache_tokens=cfg.prefix_cache_tokens,
-    )
+    embedded = engine is None
+    if tokenizer is None:
+        tokenizer = AutoTokenizer.from_pretrained(str(resolve_model(cfg.model, progress=log.info)))
+    if embedded:
+        threads = cfg.threads or (max(1, (os.cpu_count() or 1) - 1) if cfg.method != "none" else None)
+        engine = LocalEngine(
+            resolve_model(cfg.model, progress=log.info), dtype=cfg.dtype, threads=threads,
+            max_batch_size=cfg.max_batch_size, context_length=cfg.context_length or None,
+            prefix_cache_tokens=cfg.prefix_cache_tokens,
+        )
     store = Store(cfg.resolved_run_dir())
     tracker = SessionTracker(
         store, idle_timeout_s=cfg.session_idle_timeout_s, max_open_sessions=cfg.max_open_sessions,
@@ -42,7 +47,7 @@ def build_server(cfg: ServeConfig):
     from slime_ext.trainers.process import CheckpointWatcher
 
     judge_worker = build_judge_worker(cfg, store, engine, tokenizer)
-    watcher = CheckpointWatcher(engine, cfg.resolved_run_dir())
+    watcher = CheckpointWatcher(engine, cfg.resolved_run_dir()) if embedded else None
     return ChatServer(engine, tokenizer, store, tracker, settings, judge_worker=judge_worker, checkpoints=watcher)
 
 

@@ -69,3 +69,18 @@ except Exception:  # Slime is not installed: an identical dataclass with the fie
         rollout_id: int | None = None
         session_id: str | None = None
         remove_sample: bool = False
+
+
+try:  # pragma: no cover - only on a machine with Slime
+    from slime.rollout.base_types import RolloutFnEvalOutput, RolloutFnTrainOutput  # type: ignore  # noqa: F401
+except Exception:  # Slime is not installed: the same two records
+
+    @dataclass
+    class RolloutFnTrainOutput:  # type: ignore[no-redef]
+        samples: list[list[Sample]]
+        metrics: dict[str, Any] | None = None
+
+    @dataclass
+    class RolloutFnEvalOutput:  # type: ignore[no-redef]
+        data: dict[str, dict[str, Any]]
+        metrics: dict[str, Any] | None = None

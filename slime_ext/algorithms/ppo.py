@@ -13,12 +13,15 @@ tokens. Terms, per token:
 
 Reduction: the mean over each sample's masked tokens, then the mean over samples (Slime's
 ``sum_of_sample_mean`` divided by the batch size), so a long response does not outweigh a short one.
+``reduce`` replaces it: the Slime loss hook passes Slime's own ``sum_of_sample_mean`` over the
+concatenated per-token tensors. Every term is elementwise, so any shape works with its reduction.
 With ratio 1 the gradient is exactly the plain policy gradient ``-A * grad logp`` (so reduced).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -53,8 +56,10 @@ def policy_loss(
     proximal_logprobs: torch.Tensor | None = None,
     ref_logprobs: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
+    reduce: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = masked_sample_mean,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Return ``(scalar loss, metrics)``; metrics are detached 0-d tensors."""
+    """Return ``(scalar loss, metrics)``; metrics are detached 0-d tensors. ``reduce(values, mask)``
+    turns per-token values into the loss (and the averaged metrics)."""
     old = proximal_logprobs if proximal_logprobs is not None else behaviour_logprobs
     log_ratio = logprobs - old
     ratio = torch.exp(log_ratio)
@@ -69,16 +74,16 @@ def policy_loss(
         if config.tis_cap is not None:
             w = torch.clamp(w, max=config.tis_cap)
         per_token = per_token * w
-        metrics["tis_weight_mean"] = masked_sample_mean(w, mask).detach()
+        metrics["tis_weight_mean"] = reduce(w, mask).detach()
     if ref_logprobs is not None and config.kl_coef:
         d = ref_logprobs - logprobs
         kl = torch.exp(d) - d - 1
         per_token = per_token + config.kl_coef * kl
-        metrics["kl_to_ref"] = masked_sample_mean(kl, mask).detach()
+        metrics["kl_to_ref"] = reduce(kl, mask).detach()
     if entropy is not None and config.entropy_coef:
         per_token = per_token - config.entropy_coef * entropy
-        metrics["entropy"] = masked_sample_mean(entropy, mask).detach()
-    loss = masked_sample_mean(per_token, mask)
+        metrics["entropy"] = reduce(entropy, mask).detach()
+    loss = reduce(per_token, mask)
 
     with torch.no_grad():
         m = mask.bool()
@@ -89,6 +94,6 @@ def policy_loss(
         metrics["ratio_max"] = r.max()
         metrics["ratio_min"] = r.min()
         d = (behaviour_logprobs - logprobs)
-        metrics["kl_rollout"] = masked_sample_mean(torch.exp(-d) - 1 + d, mask)  # k3 KL(rollout || current)
-        metrics["pg_loss"] = masked_sample_mean(pg, mask)
+        metrics["kl_rollout"] = reduce(torch.exp(-d) - 1 + d, mask)  # k3 KL(rollout || current)
+        metrics["pg_loss"] = reduce(pg, mask)
     return loss, metrics

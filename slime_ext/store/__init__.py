@@ -127,6 +127,12 @@ def migrate(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE votes ADD COLUMN kind TEXT NOT NULL DEFAULT 'reward'")
 
 
+# What training needs of a judged turn (the trainer, the Slime rollout hook).
+_TRAINING_COLUMNS = """session_id, idx, user, policy_version, policy_version_end, verdict, prompt_token_ids,
+    response_token_ids, response_logprobs, hint, hint_judged_at, teacher_logprobs, messages, tools, tool_choice,
+    finish_reason"""
+
+
 class Store:
     """Sessions, turns, next states and decisions of one run directory."""
 
@@ -251,15 +257,27 @@ class Store:
         """Judged turns not yet trained on nor dropped, in the order they were judged."""
         with self._lock:
             rows = self._conn.execute(
-                """SELECT session_id, idx, user, policy_version, policy_version_end, verdict, prompt_token_ids,
-                          response_token_ids, response_logprobs, hint, hint_judged_at, teacher_logprobs, messages,
-                          tools, tool_choice FROM turns
+                f"""SELECT {_TRAINING_COLUMNS} FROM turns
                    WHERE verdict IS NOT NULL AND trained_in_version IS NULL AND dropped IS NULL
                    ORDER BY judged_at, id LIMIT ?""",
                 (limit,),
             ).fetchall()
+        return self._decode_turns(rows)
+
+    def recent_judged(self, limit: int) -> list[dict[str, Any]]:
+        """The latest judged turns, newest first, whatever became of them (for evaluation)."""
+        with self._lock:
+            rows = self._conn.execute(
+                f"""SELECT {_TRAINING_COLUMNS} FROM turns
+                   WHERE verdict IS NOT NULL ORDER BY judged_at DESC, id DESC LIMIT ?""",
+                (limit,),
+            ).fetchall()
+        return self._decode_turns(rows)
+
+    @staticmethod
+    def _decode_turns(rows) -> list[dict[str, Any]]:
         decode = ("prompt_token_ids", "response_token_ids", "response_logprobs", "teacher_logprobs", "messages",
-                  "tools", "tool_choice")
+                  "tools", "tool_choice")  # JSON columns
         return [dict(r) | {k: json.loads(r[k]) if r[k] is not None else None for k in decode} for r in rows]
 
     def pending_judgement(self, limit: int = 16) -> list[dict[str, Any]]:

@@ -1,0 +1,13 @@
+"""Slime hooks: the same capture, judging and learning run inside an unmodified Slime.
+
+Dotted paths for Slime's flags (each matches ``../shared/slime-contract.md``):
+
+  --rollout-function-path             slime_ext.hooks.rollout.live_rollout
+  --custom-reward-post-process-path   slime_ext.hooks.reward.post_process_rewards
+  --custom-rm-path                    slime_ext.hooks.reward.known_reward
+  --loss-type custom_loss --custom-loss-function-path slime_ext.hooks.loss.combine_loss
+  --custom-config-path FILE.yaml      our settings under one key, ``openclaw_rl:`` (see ``config.py``)
+
+Nothing here imports Slime, SGLang, Megatron or Ray at module level: each is imported inside the
+function that needs it, so every hook imports and runs on a CPU machine without them.
+"""

@@ -1,0 +1,69 @@
+"""Train-side hook: the Combine loss (Binary RL + OPD) on Megatron, with the embedded trainer's math.
+
+``combine_loss(args, batch, logits, sum_of_sample_mean)`` is Slime's custom-loss signature. The
+per-token advantage is ``combined_advantages``' formula with Slime's own advantages as the reward
+term (the launch scripts choose an estimator that leaves the verdict unnormalized on every token):
+
+    A = w_rl * advantages + w_opd * clip(teacher_log_probs - rollout_log_probs, ±opd_clip)
+
+(``post_process_rewards`` sets teacher = rollout for turns without a hint, so those add 0), then
+the same clipped surrogate as the embedded trainer (``policy_loss``) against the rollout
+log-probs, reduced with Slime's ``sum_of_sample_mean``. Current log-probs come from Slime's
+``get_log_probs_and_entropy`` (imported when called). Method ``binary`` is ``w_opd = 0``, ``opd``
+is ``w_rl = 0``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from slime_ext.algorithms import AdvantageWeights, PolicyLossConfig, policy_loss
+from slime_ext.hooks.config import plugin_config
+
+
+def slime_response_log_probs(args, batch: dict[str, Any], logits: torch.Tensor) -> list[torch.Tensor]:
+    """Per-sample response log-probs of ``logits`` ``[1, T, V/TP]`` by Slime's own function."""
+    from slime.backends.megatron_utils.loss import get_log_probs_and_entropy
+
+    _, out = get_log_probs_and_entropy(logits, args=args, unconcat_tokens=batch["unconcat_tokens"],
+                                       total_lengths=batch["total_lengths"], response_lengths=batch["response_lengths"],
+                                       with_entropy=False)
+    return out["log_probs"]
+
+
+def combine_advantages_of(batch: dict[str, Any], weights: AdvantageWeights) -> list[torch.Tensor]:
+    """Per-sample advantages from Slime's batch (see the module docstring)."""
+    out = []
+    teachers = batch.get("teacher_log_probs") or [None] * len(batch["advantages"])
+    for adv, rollout, teacher in zip(batch["advantages"], batch["rollout_log_probs"], teachers):
+        a = weights.w_rl * adv.float()
+        if weights.w_opd and teacher is not None:
+            gap = (teacher.float() - rollout.float()).clamp(-weights.opd_clip, weights.opd_clip)
+            a = a + weights.w_opd * gap
+        out.append(a)
+    return out
+
+
+def combine_loss_from_log_probs(batch: dict[str, Any], log_probs: list[torch.Tensor],
+                                sum_of_sample_mean: Callable[[torch.Tensor], torch.Tensor],
+                                weights: AdvantageWeights, config: PolicyLossConfig) -> tuple[torch.Tensor, dict]:
+    """The loss once the current log-probs are known: pure, and what the tests compare."""
+    logp = torch.cat(log_probs, dim=0)
+    old = torch.cat([x.float() for x in batch["rollout_log_probs"]], dim=0).to(logp.device)
+    adv = torch.cat(combine_advantages_of(batch, weights), dim=0).to(logp.device)
+    mask = torch.cat([m.float() for m in batch["loss_masks"]], dim=0).to(logp.device)
+    loss, metrics = policy_loss(logp, old, adv, mask, config, reduce=lambda values, _mask: sum_of_sample_mean(values))
+    return loss, {"loss": loss.detach(), **{k: v.detach() for k, v in metrics.items()}}
+
+
+def combine_loss(args, batch, logits, sum_of_sample_mean):
+    cfg = plugin_config(args)
+    method = cfg.method if cfg.method != "none" else "binary"
+    weights = AdvantageWeights.for_method(method, cfg.w_rl, cfg.w_opd, cfg.opd_clip)
+    config = PolicyLossConfig(eps_low=float(getattr(args, "eps_clip", 0.2)),
+                              eps_high=float(getattr(args, "eps_clip_high", None) or getattr(args, "eps_clip", 0.28)))
+    log_probs = slime_response_log_probs(args, batch, logits)
+    loss, metrics = combine_loss_from_log_probs(batch, log_probs, sum_of_sample_mean, weights, config)
+    return loss + 0 * logits.sum(), metrics  # keeps the graph when a micro-batch has no trainable token
