@@ -34,6 +34,8 @@ setup(
             "openai>=1.40",
             "psutil>=5.9",
         ],
+        # what Slime's own CPU contract tests import (tests/test_slime_contracts.py, with SLIME_DIR set)
+        "slime-contracts": ["httpx", "pillow", "pylatexenc"],
     },
     entry_points={"console_scripts": ["openclaw-rl=slime_ext.cli:main"]},
 )

@@ -4,7 +4,7 @@ Dotted paths for Slime's flags (each matches ``../shared/slime-contract.md``):
 
   --rollout-function-path             slime_ext.hooks.rollout.live_rollout
   --custom-reward-post-process-path   slime_ext.hooks.reward.post_process_rewards
-  --custom-rm-path                    slime_ext.hooks.reward.known_reward
+  --custom-rm-path                    slime_ext.hooks.reward.known_reward (known_rewards with --group-rm)
   --loss-type custom_loss --custom-loss-function-path slime_ext.hooks.loss.combine_loss
   --custom-config-path FILE.yaml      our settings under one key, ``openclaw_rl:`` (see ``config.py``)
 

@@ -7,8 +7,9 @@ log-probs scored when the turn was taken (``metadata["teacher_log_probs"]``), or
 without an accepted hint, the rollout log-probs themselves, so teacher − rollout is 0 and the
 turn adds no distillation term.
 
-``known_reward(args, sample_or_samples, **kw)``: for settings whose reward is known when the
-rollout ends (Track 2 environments put it in ``metadata["reward"]``).
+``known_reward(args, sample, **kw)`` (``known_rewards(args, samples, **kw)`` with ``--group-rm``):
+for settings whose reward is known when the rollout ends (Track 2 environments put it in
+``metadata["reward"]``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,12 @@ def _reward_of(sample: Any) -> float:
 
 
 async def known_reward(args, sample, **kwargs):
-    """The reward recorded with the sample; a list in, a list out (``--group-rm``)."""
+    """The reward recorded with the sample (a list in, a list out)."""
     if isinstance(sample, list):
         return [_reward_of(s) for s in sample]
     return _reward_of(sample)
+
+
+async def known_rewards(args, samples, **kwargs):
+    """``known_reward`` for ``--group-rm`` (Slime passes the group as ``samples``)."""
+    return [_reward_of(s) for s in samples]
