@@ -1,0 +1,114 @@
+"""The Slime rollout hook driven on CPU: users talk to the API server it starts, and each call
+returns a batch of consistent samples (with teacher log-probs for hinted turns under OPD/Combine)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.request
+from types import SimpleNamespace
+
+import pytest
+
+from slime_ext.config import ServeConfig
+from slime_ext.hooks.reward import post_process_rewards
+from slime_ext.hooks.rollout import LiveSource, live_rollout
+from slime_ext.types import Sample
+
+FEEDBACK = ["Thanks, perfect!", "No. Answer with a single word.", "No, that's wrong.", "Great, thank you!"]
+
+
+def chat(port, messages, seed):
+    body = json.dumps({"model": "m", "messages": messages, "max_tokens": 6, "seed": seed}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())["choices"][0]["message"]["content"]
+
+
+def converse(port, n, offset=0):
+    for i in range(offset, offset + n):
+        u = {"role": "user", "content": f"Question {i}?"}
+        reply = chat(port, [u], seed=i)
+        chat(port, [u, {"role": "assistant", "content": reply}, {"role": "user", "content": FEEDBACK[i % 4]}], seed=50 + i)
+
+
+@pytest.fixture
+def local_engine_source(tmp_path):
+    """A LiveSource on the embedded engine (the SGLang client is tested against a protocol server
+    in test_sglang_engine.py); port 0 picks a free port."""
+    from transformers import AutoTokenizer
+
+    from slime_ext.engines.local import LocalEngine
+    from slime_ext.models import resolve_model
+
+    sources = []
+
+    def make(method):
+        cfg = ServeConfig(model="tiny", port=0, run_dir=str(tmp_path / method), method=method, judge="heuristic")
+        model_dir = resolve_model("tiny")
+        src = LiveSource(cfg, LocalEngine(model_dir, dtype="float32", threads=1),
+                         AutoTokenizer.from_pretrained(str(model_dir)), poll_s=0.1).start()
+        sources.append(src)
+        return src
+
+    yield make
+    for s in sources:
+        s.stop()
+
+
+@pytest.mark.parametrize("method", ["combine", "binary"])
+def test_rollout_returns_consistent_samples_and_teacher_log_probs(local_engine_source, method, monkeypatch):
+    src = local_engine_source(method)
+    args = SimpleNamespace(openclaw_rl={"method": method}, rollout_batch_size=3, n_samples_per_prompt=1)
+    monkeypatch.setattr("slime_ext.hooks.rollout.live_source", lambda a: src)
+    result = {}
+    t = threading.Thread(target=lambda: result.setdefault("out", live_rollout(args, 0, None)))
+    t.start()  # blocks until 3 judged turns with a signal exist
+    converse(src.port, 4)
+    t.join(120)
+    out = result["out"]
+    groups = out.samples
+    assert len(groups) == 3 and all(len(g) == 1 for g in groups)
+    samples = [g[0] for g in groups]
+    for s in samples:
+        assert isinstance(s, Sample) and s.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
+        assert len(s.loss_mask) == len(s.rollout_log_probs) == s.response_length > 0
+        assert len(s.tokens) > s.response_length and all(isinstance(x, int) for x in s.tokens)
+        assert s.reward in (1.0, -1.0) and isinstance(s.response, str)
+    raw, rewards = post_process_rewards(args, samples)
+    assert raw == rewards == [s.reward for s in samples]
+    hinted = [s for s in samples if "teacher_log_probs" in s.metadata]
+    if method == "combine":
+        assert len(hinted) == 1 and len(hinted[0].teacher_log_probs) == hinted[0].response_length
+        assert hinted[0].teacher_log_probs != hinted[0].rollout_log_probs  # the hint changed the teacher's view
+        assert all(s.teacher_log_probs == s.rollout_log_probs for s in samples if s not in hinted)
+    else:
+        assert not hinted and all(s.teacher_log_probs is None for s in samples)
+    # handed-out turns are marked, so the next call waits for new ones instead of repeating them
+    import time
+
+    from slime_ext.store import export_records
+
+    deadline = time.time() + 60
+    while src.store.counts()["judged_turns"] < 4:  # the fourth feedback is judged after the batch was taken
+        assert time.time() < deadline
+        time.sleep(0.1)
+    judged = [t for s in export_records(src.store.run_dir)["sessions"] for t in s["turns"] if t["verdict"] is not None]
+    assert sorted(t["trained_in_version"] is not None for t in judged) == [False, True, True, True]
+    assert all(t["trained_in_version"] in (None, 1) for t in judged)  # rollout 0 produces version 1
+    with pytest.raises(TimeoutError):
+        src.take(3, 1, timeout_s=1.0)
+    assert out.metrics["openclaw/judged_turns"] >= 3 and out.metrics["openclaw/reward_mean"] == sum(raw) / 3
+
+
+def test_rollout_without_our_settings_uses_the_data_source():
+    class Source:
+        def get_samples(self, n):
+            return [[Sample(index=i, tokens=[1, 2], response_length=1, reward=0.0, status=Sample.Status.COMPLETED)]
+                    for i in range(n)]
+
+    out = live_rollout(SimpleNamespace(rollout_batch_size=2), 0, Source())
+    assert [g[0].index for g in out.samples] == [0, 1]
+    ev = live_rollout(None, 0, Source(), evaluation=True)
+    assert list(ev.data) == ["openclaw_live"] and ev.data["openclaw_live"]["rewards"] == [0.0]
