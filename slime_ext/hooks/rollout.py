@@ -60,6 +60,9 @@ def live_source(args) -> LiveSource:
 
         if int(getattr(args, "n_samples_per_prompt", 1) or 1) != 1:
             raise ValueError("live conversations give one sample per prompt: set --n-samples-per-prompt 1")
+        if cfg.distill == "topk":
+            raise ValueError("distill: topk needs the embedded backend: Slime passes only per-token teacher "
+                             "log-probs to the trainer, not the teacher's top-k (see docs/slime.md); use distill: token")
         url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
         tokenizer = AutoTokenizer.from_pretrained(args.hf_checkpoint)
         _SOURCES[key] = LiveSource(cfg, SGLangEngine(url), tokenizer).start()
