@@ -1,5 +1,6 @@
-"""The Slime rollout hook driven on CPU: users talk to the API server it starts, and each call
-returns a batch of consistent samples (with teacher log-probs for hinted turns under OPD/Combine)."""
+"""The Slime rollout hook driven on CPU: users talk to the API server it starts (backed by the
+SGLang engine client and an SGLang-protocol test server), and each call returns a batch of
+consistent samples (with teacher log-probs for hinted turns under OPD/Combine)."""
 
 from __future__ import annotations
 
@@ -34,32 +35,45 @@ def converse(port, n, offset=0):
 
 
 @pytest.fixture
-def local_engine_source(tmp_path):
-    """A LiveSource on the embedded engine (the SGLang client is tested against a protocol server
-    in test_sglang_engine.py); port 0 picks a free port."""
+def sglang_source(tmp_path):
+    """A LiveSource as Slime runs it: the SGLang engine client, here talking to the SGLang-protocol
+    test server (tests/_sglang_server.py, backed by the embedded engine on tiny) in its own thread."""
+    import asyncio
+
+    from _sglang_server import FakeSGLangServer
     from transformers import AutoTokenizer
 
     from slime_ext.engines.local import LocalEngine
+    from slime_ext.engines.sglang import SGLangEngine
     from slime_ext.models import resolve_model
 
+    model_dir = resolve_model("tiny")
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+
+    async def up():
+        return await FakeSGLangServer(LocalEngine(model_dir, dtype="float32", threads=1)).start()
+
+    fake = asyncio.run_coroutine_threadsafe(up(), loop).result(60)
     sources = []
 
     def make(method):
         cfg = ServeConfig(model="tiny", port=0, run_dir=str(tmp_path / method), method=method, judge="heuristic")
-        model_dir = resolve_model("tiny")
-        src = LiveSource(cfg, LocalEngine(model_dir, dtype="float32", threads=1),
-                         AutoTokenizer.from_pretrained(str(model_dir)), poll_s=0.1).start()
+        src = LiveSource(cfg, lambda: SGLangEngine.connect(fake.url), AutoTokenizer.from_pretrained(str(model_dir)),
+                         poll_s=0.1).start()
         sources.append(src)
         return src
 
     yield make
     for s in sources:
         s.stop()
+    asyncio.run_coroutine_threadsafe(fake.stop(), loop).result(30)
+    loop.call_soon_threadsafe(loop.stop)
 
 
 @pytest.mark.parametrize("method", ["combine", "binary"])
-def test_rollout_returns_consistent_samples_and_teacher_log_probs(local_engine_source, method, monkeypatch):
-    src = local_engine_source(method)
+def test_rollout_returns_consistent_samples_and_teacher_log_probs(sglang_source, method, monkeypatch):
+    src = sglang_source(method)
     args = SimpleNamespace(openclaw_rl={"method": method}, rollout_batch_size=3, n_samples_per_prompt=1)
     monkeypatch.setattr("slime_ext.hooks.rollout.live_source", lambda a: src)
     result = {}

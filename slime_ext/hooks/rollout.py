@@ -58,6 +58,9 @@ def live_source(args) -> LiveSource:
 
         from slime_ext.engines.sglang import SGLangEngine
 
+        if cfg.judge == "self":
+            raise ValueError("judge: self needs the embedded engine (SGLang holds only the synced weights, no frozen "
+                             "base); use judge: openai with a judge server (PRM_GPUS) or judge: heuristic")
         if int(getattr(args, "n_samples_per_prompt", 1) or 1) != 1:
             raise ValueError("live conversations give one sample per prompt: set --n-samples-per-prompt 1")
         if cfg.distill == "topk":
@@ -65,7 +68,7 @@ def live_source(args) -> LiveSource:
                              "log-probs to the trainer, not the teacher's top-k (see docs/slime.md); use distill: token")
         url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
         tokenizer = AutoTokenizer.from_pretrained(args.hf_checkpoint)
-        _SOURCES[key] = LiveSource(cfg, SGLangEngine(url), tokenizer).start()
+        _SOURCES[key] = LiveSource(cfg, lambda: SGLangEngine.connect(url), tokenizer).start()
     return _SOURCES[key]
 
 
@@ -74,19 +77,23 @@ class LiveSource:
     recorded, handed out as Slime samples."""
 
     def __init__(self, cfg, engine, tokenizer, *, poll_s: float = 0.5) -> None:
+        """``engine``: an Engine, or an async factory of one (an engine that belongs to an event
+        loop, like ``SGLangEngine.connect``, is made on the server's loop)."""
         from slime_ext.api.prompt import PromptRenderer
-        from slime_ext.serve import build_server
+        from slime_ext.store import Store
 
         self.cfg = cfg
-        self.server = build_server(cfg, engine=engine, tokenizer=tokenizer)
-        self.store = self.server.store
-        self.engine = engine
+        self._make_engine = engine if callable(engine) else None
+        self.engine = None if callable(engine) else engine
+        self.store = Store(cfg.resolved_run_dir())  # this thread's connection; the server opens its own
+        self.server = None
         self.renderer = PromptRenderer(tokenizer)
         self.tokenizer = tokenizer
         self.poll_s = poll_s
         self.loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._runner = None
+        self._error: Exception | None = None
         self._next_index = 0
         self.port = cfg.port
 
@@ -95,6 +102,8 @@ class LiveSource:
         threading.Thread(target=self._serve, name="openclaw-rl-server", daemon=True).start()
         if not self._ready.wait(timeout_s):
             raise RuntimeError(f"the API server did not start on {self.cfg.host}:{self.cfg.port} in {timeout_s:g} s")
+        if self._error is not None:
+            raise RuntimeError(f"the API server could not start on {self.cfg.host}:{self.cfg.port}: {self._error}")
         log.info("openclaw-rl API at http://%s:%d/v1 (records in %s)", self.cfg.host, self.port, self.store.run_dir)
         return self
 
@@ -104,6 +113,11 @@ class LiveSource:
         asyncio.set_event_loop(self.loop)
 
         async def up() -> None:
+            from slime_ext.serve import build_server
+
+            if self._make_engine is not None:
+                self.engine = await self._make_engine()
+            self.server = build_server(self.cfg, engine=self.engine, tokenizer=self.tokenizer)
             self._runner = web.AppRunner(self.server.app(), access_log=None)
             await self._runner.setup()
             site = web.TCPSite(self._runner, self.cfg.host, self.cfg.port)
@@ -111,12 +125,19 @@ class LiveSource:
             self.port = self._runner.addresses[0][1]
             self._ready.set()
 
-        self.loop.run_until_complete(up())
+        try:
+            self.loop.run_until_complete(up())
+        except Exception as e:  # reported by start()
+            log.error("the API server could not start: %s: %s", type(e).__name__, e)
+            self._error = e
+            self._ready.set()
+            return
         self.loop.run_forever()
 
     def stop(self) -> None:
         async def down() -> None:
             await self._runner.cleanup()
+            await self.engine.close()
 
         asyncio.run_coroutine_threadsafe(down(), self.loop).result(30)
         self.loop.call_soon_threadsafe(self.loop.stop)
