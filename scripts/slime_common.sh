@@ -1,0 +1,639 @@
+#!/usr/bin/env bash
+# Shared part of openclaw-{binary,opd,combine}/run_qwen3_4b_openclaw_<method>.sh: train Qwen3-4B online
+# from live conversations with an unmodified Slime (THUDM/slime v0.3.1), following the conventions of
+# Slime's scripts/run-qwen3-4B.sh (MODEL_ARGS from scripts/models/qwen3-4B.sh; CKPT_ARGS, ROLLOUT_ARGS,
+# PERF_ARGS, GRPO_ARGS, OPTIMIZER_ARGS, SGLANG_ARGS, MISC_ARGS; `ray start` + `ray job submit`), with
+# train_async.py (rollout of step N+1 overlaps training of step N) instead of train.py.
+#
+# Sourced by the method scripts, never run by itself. A method script sources this file and calls, in order:
+#   openclaw_settings METHOD     settings from the environment, checks, GPU split, run directory
+#   openclaw_build_args          the Slime argument arrays (MODEL_ARGS from Slime's file, CKPT_ARGS, ...)
+#   (the method's own additions to GRPO_ARGS: the loss)
+#   openclaw_common_config       the plugin settings every method has (openclaw_yaml_num / _str / _secret)
+#   openclaw_opd_config W_RL W_OPD   (OPD and Combine) their weights, clip and teacher
+#   openclaw_launch              writes the plugin config, then starts (or, with DRY_RUN=1, prints) everything
+#
+# Settings (environment variables, all optional; see instructions/slime-cluster.md):
+#   SLIME_DIR        Slime checkout (default: the current directory, so `cd slime && bash .../run_...sh`)
+#   MEGATRON_DIR     Megatron-LM checkout put on PYTHONPATH (default: $SLIME_DIR/../Megatron-LM if it
+#                    exists, else /root/Megatron-LM as in the slimerl/slime image and Slime's scripts)
+#   HF_CKPT          Hugging Face checkpoint (default /root/Qwen3-4B, as in Slime's run-qwen3-4B.sh)
+#   REF_LOAD         its Megatron torch_dist conversion (default ${HF_CKPT}_torch_dist)
+#   NUM_GPUS         GPUs on this node (default: nvidia-smi's count, else 8)
+#   ACTOR_GPUS, ROLLOUT_GPUS, PRM_GPUS   training / SGLang rollout / judge GPUs (8 GPUs: 4 / 2 / 2;
+#                    4 / 4 / 0 with JUDGE_URL or JUDGE=heuristic)
+#   PORT, HOST       where the OpenAI-compatible server listens (default 30000 on 0.0.0.0)
+#   API_KEY          the key clients must send (written to the plugin config, mode 600; never printed)
+#   JUDGE_URL        an external OpenAI-compatible judge (then JUDGE_MODEL, optional JUDGE_KEY); without it
+#                    and with PRM_GPUS > 0 a judge SGLang server (JUDGE_MODEL_PATH, default HF_CKPT) is
+#                    started on the PRM GPUs; with neither, the heuristic judge
+#   RUN_DIR          run directory: plugin config, records, Megatron checkpoints (default runs/slime-<time>
+#                    in this repository)
+#   DRY_RUN=1        print every command (and the plugin config, secrets hidden) without running anything
+# More knobs: ROLLOUT_BATCH_SIZE, MAX_STALENESS, LR, KL_COEF, CONTEXT_LENGTH, MAX_RESPONSE_LEN, ACTOR_TP,
+# ROLLOUT_GPUS_PER_ENGINE, SAVE_DIR, SAVE_INTERVAL, NUM_ROLLOUT, MODEL_ARGS_ROTARY_BASE, SERVED_MODEL_NAME,
+# JUDGE_PORT, JUDGE_TP, JUDGE_START_TIMEOUT, MASTER_ADDR, RAY_DASHBOARD_PORT, REUSE_RAY, KEEP_RAY, W_RL,
+# W_OPD, OPD_CLIP, DISTILL (token only).
+#
+# Processes: on exit (normal, error, INT or TERM) this script stops only what it started: the judge SGLang
+# server by its recorded PID (it runs in its own process group, so its workers go with it), the Ray job by
+# its submission id (`ray job stop`), the `ray job submit` client by its PID, and the Ray head if this
+# script started it (`ray stop`; KEEP_RAY=1 leaves it running). It kills nothing by a name pattern. `ray stop`
+# acts on the Ray processes of this node, so the script refuses to start when a Ray cluster is already
+# running here: then the only Ray processes are the ones it started (REUSE_RAY=1 submits to the running
+# cluster instead and never stops it). With DRY_RUN=1 it starts nothing; it only writes the plugin config.
+
+# ----------------------------------------------------------------------------------------------- helpers
+
+openclaw_die() {
+   printf 'error: %s\n' "$*" >&2
+   exit 1
+}
+
+openclaw_note() {
+   printf '# %s\n' "$*"
+}
+
+openclaw_is_dry_run() {
+   case "${DRY_RUN:-0}" in
+      1 | true | yes | on) return 0 ;;
+      *) return 1 ;;
+   esac
+}
+
+openclaw_is_uint() {
+   [[ $1 =~ ^[0-9]+$ ]]
+}
+
+openclaw_is_number() {
+   [[ $1 =~ ^[0-9]+([.][0-9]*)?([eE][-+]?[0-9]+)?$ ]]
+}
+
+# Quote one word for a shell: bare when it is plainly safe, else in single quotes.
+openclaw_quote() {
+   local q="'\\''"
+   if [[ $1 =~ ^[A-Za-z0-9_./:=,@%+-]+$ ]]; then
+      printf '%s' "$1"
+   else
+      printf "'%s'" "${1//\'/$q}"
+   fi
+}
+
+# Print a command so that it can be pasted back into a shell: one flag per line, Slime-script style.
+openclaw_show() {
+   local out="" word first=1
+   for word in "$@"; do
+      if ((first)); then
+         first=0
+      elif [[ $word == --* ]]; then
+         out+=$' \\\n   '
+      else
+         out+=" "
+      fi
+      out+="$(openclaw_quote "$word")"
+   done
+   printf '%s\n' "$out"
+}
+
+# ------------------------------------------------------------------------------------------------ settings
+
+openclaw_settings() {
+   OPENCLAW_METHOD="${1:-}"
+   case "$OPENCLAW_METHOD" in
+      binary | opd | combine) ;;
+      *) openclaw_die "openclaw_settings: the method must be binary, opd or combine, got '${OPENCLAW_METHOD}'" ;;
+   esac
+   OPENCLAW_REPO_ROOT="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." &>/dev/null && pwd)"
+   export PYTHONUNBUFFERED=1 # keeps Ray from buffering stdout/stderr (as Slime's scripts do)
+
+   SLIME_DIR="$(cd -- "${SLIME_DIR:-$PWD}" &>/dev/null && pwd)" || openclaw_die "SLIME_DIR does not exist"
+   [[ -f "${SLIME_DIR}/train_async.py" && -f "${SLIME_DIR}/scripts/models/qwen3-4B.sh" ]] ||
+      openclaw_die "${SLIME_DIR} is not a Slime checkout (no train_async.py or scripts/models/qwen3-4B.sh); run from the checkout (cd slime && bash $0) or set SLIME_DIR"
+   if [[ -z ${MEGATRON_DIR:-} ]]; then
+      if [[ -d "${SLIME_DIR}/../Megatron-LM" ]]; then
+         MEGATRON_DIR="$(cd -- "${SLIME_DIR}/../Megatron-LM" && pwd)"
+      else
+         MEGATRON_DIR=/root/Megatron-LM # the slimerl/slime image's layout, as in Slime's own scripts
+      fi
+   fi
+
+   HF_CKPT="${HF_CKPT:-/root/Qwen3-4B}"
+   REF_LOAD="${REF_LOAD:-${HF_CKPT%/}_torch_dist}"
+   SERVED_MODEL_NAME="${SERVED_MODEL_NAME:-qwen3-4b}"
+
+   # GPUs: Ray gets the first ACTOR_GPUS + ROLLOUT_GPUS of this node's GPUs, the judge the next PRM_GPUS.
+   local detected=0 i
+   if [[ -n ${CUDA_VISIBLE_DEVICES:-} ]]; then
+      IFS=, read -r -a OPENCLAW_GPU_IDS <<<"${CUDA_VISIBLE_DEVICES}"
+      detected=${#OPENCLAW_GPU_IDS[@]}
+   elif command -v nvidia-smi >/dev/null 2>&1; then
+      detected=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+   fi
+   if [[ -z ${NUM_GPUS:-} ]]; then
+      NUM_GPUS=$detected
+      ((NUM_GPUS > 0)) || NUM_GPUS=8
+   fi
+   openclaw_is_uint "$NUM_GPUS" || openclaw_die "NUM_GPUS=${NUM_GPUS}: expected a number"
+   if [[ -z ${CUDA_VISIBLE_DEVICES:-} ]]; then
+      OPENCLAW_GPU_IDS=()
+      for ((i = 0; i < NUM_GPUS; i++)); do OPENCLAW_GPU_IDS+=("$i"); done
+   fi
+   ((NUM_GPUS <= ${#OPENCLAW_GPU_IDS[@]})) ||
+      openclaw_die "NUM_GPUS=${NUM_GPUS} but CUDA_VISIBLE_DEVICES lists ${#OPENCLAW_GPU_IDS[@]} GPUs"
+
+   JUDGE="${JUDGE:-}"
+   JUDGE_URL="${JUDGE_URL:-}"
+   case "$JUDGE" in
+      "" | openai | heuristic | off) ;;
+      *) openclaw_die "JUDGE=${JUDGE}: expected openai, heuristic or off (self needs LoRA, which Slime has not)" ;;
+   esac
+   # Defaults: half the GPUs train; a quarter (at least one) serves rollouts; the rest judge, unless the
+   # judge is external or not a model, then they serve rollouts too (8 GPUs: 4 / 2 / 2, or 4 / 4 / 0).
+   local own_judge=1
+   if [[ -n $JUDGE_URL || $JUDGE == heuristic || $JUDGE == off ]]; then own_judge=0; fi
+   ACTOR_GPUS="${ACTOR_GPUS:-$((NUM_GPUS / 2))}"
+   openclaw_is_uint "$ACTOR_GPUS" || openclaw_die "ACTOR_GPUS=${ACTOR_GPUS}: expected a number"
+   if ((own_judge)); then
+      ROLLOUT_GPUS="${ROLLOUT_GPUS:-$((NUM_GPUS >= 4 ? NUM_GPUS / 4 : 1))}"
+   else
+      ROLLOUT_GPUS="${ROLLOUT_GPUS:-$((NUM_GPUS - ACTOR_GPUS))}"
+   fi
+   openclaw_is_uint "$ROLLOUT_GPUS" || openclaw_die "ROLLOUT_GPUS=${ROLLOUT_GPUS}: expected a number"
+   local rest=$((NUM_GPUS - ACTOR_GPUS - ROLLOUT_GPUS))
+   ((rest >= 0 && own_judge)) || rest=0
+   PRM_GPUS="${PRM_GPUS:-$rest}"
+   openclaw_is_uint "$PRM_GPUS" || openclaw_die "PRM_GPUS=${PRM_GPUS}: expected a number"
+   ((ACTOR_GPUS >= 1 && ROLLOUT_GPUS >= 1)) ||
+      openclaw_die "train_async.py needs separate training and rollout GPUs: ACTOR_GPUS=${ACTOR_GPUS}, ROLLOUT_GPUS=${ROLLOUT_GPUS} (NUM_GPUS=${NUM_GPUS})"
+   if [[ -n $JUDGE_URL ]] && ((PRM_GPUS > 0)); then
+      openclaw_die "JUDGE_URL is set and PRM_GPUS=${PRM_GPUS}: use an external judge (JUDGE_URL) or a judge on PRM_GPUS, not both"
+   fi
+   if [[ $JUDGE == heuristic || $JUDGE == off ]] && ((PRM_GPUS > 0)); then
+      openclaw_die "JUDGE=${JUDGE} with PRM_GPUS=${PRM_GPUS}: a ${JUDGE} judge needs no GPUs"
+   fi
+   ((ACTOR_GPUS + ROLLOUT_GPUS + PRM_GPUS <= NUM_GPUS)) ||
+      openclaw_die "ACTOR_GPUS + ROLLOUT_GPUS + PRM_GPUS must be <= NUM_GPUS (${ACTOR_GPUS} + ${ROLLOUT_GPUS} + ${PRM_GPUS} > ${NUM_GPUS})"
+   local n_ray=$((ACTOR_GPUS + ROLLOUT_GPUS))
+   RAY_GPU_LIST="$(IFS=,; echo "${OPENCLAW_GPU_IDS[*]:0:n_ray}")"
+   JUDGE_GPU_LIST=""
+   if ((PRM_GPUS > 0)); then JUDGE_GPU_LIST="$(IFS=,; echo "${OPENCLAW_GPU_IDS[*]:n_ray:PRM_GPUS}")"; fi
+
+   ACTOR_TP="${ACTOR_TP:-$((ACTOR_GPUS % 2 == 0 ? 2 : 1))}"
+   ROLLOUT_GPUS_PER_ENGINE="${ROLLOUT_GPUS_PER_ENGINE:-1}"
+   if ! openclaw_is_uint "$ACTOR_TP" || ((ACTOR_TP == 0 || ACTOR_GPUS % ACTOR_TP != 0)); then
+      openclaw_die "ACTOR_TP=${ACTOR_TP} must divide ACTOR_GPUS=${ACTOR_GPUS}"
+   fi
+   if ! openclaw_is_uint "$ROLLOUT_GPUS_PER_ENGINE" || ((ROLLOUT_GPUS_PER_ENGINE == 0 || ROLLOUT_GPUS % ROLLOUT_GPUS_PER_ENGINE != 0)); then
+      openclaw_die "ROLLOUT_GPUS_PER_ENGINE=${ROLLOUT_GPUS_PER_ENGINE} must divide ROLLOUT_GPUS=${ROLLOUT_GPUS}"
+   fi
+
+   # The judge: an external endpoint, a judge SGLang server on PRM_GPUS, or the lexical heuristic.
+   JUDGE_KEY="${JUDGE_KEY:-}"
+   MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"
+   JUDGE_PORT="${JUDGE_PORT:-31000}"
+   JUDGE_MODEL_PATH="${JUDGE_MODEL_PATH:-$HF_CKPT}"
+   JUDGE_TP="${JUDGE_TP:-1}"
+   JUDGE_START_TIMEOUT="${JUDGE_START_TIMEOUT:-1200}"
+   OPENCLAW_START_JUDGE=0
+   if [[ -n $JUDGE_URL ]]; then
+      JUDGE=openai
+      JUDGE_MODEL="${JUDGE_MODEL:-}"
+      [[ -n $JUDGE_MODEL ]] || openclaw_die "JUDGE_URL is set: set JUDGE_MODEL too (the model name that endpoint serves)"
+   elif ((PRM_GPUS > 0)); then
+      JUDGE=openai
+      OPENCLAW_START_JUDGE=1
+      JUDGE_MODEL="${JUDGE_MODEL:-judge}"
+      JUDGE_URL="http://${MASTER_ADDR}:${JUDGE_PORT}/v1"
+      if ! openclaw_is_uint "$JUDGE_TP" || ((JUDGE_TP == 0 || PRM_GPUS % JUDGE_TP != 0)); then
+         openclaw_die "JUDGE_TP=${JUDGE_TP} must divide PRM_GPUS=${PRM_GPUS}"
+      fi
+   else
+      JUDGE="${JUDGE:-heuristic}"
+      [[ $JUDGE != openai ]] || openclaw_die "JUDGE=openai needs JUDGE_URL or PRM_GPUS > 0"
+      JUDGE_MODEL=""
+   fi
+
+   PORT="${PORT:-30000}"
+   HOST="${HOST:-0.0.0.0}"
+   API_KEY="${API_KEY:-}"
+   ROLLOUT_BATCH_SIZE="${ROLLOUT_BATCH_SIZE:-16}"
+   MAX_STALENESS="${MAX_STALENESS:-4}"
+   CONTEXT_LENGTH="${CONTEXT_LENGTH:-32768}"
+   MAX_RESPONSE_LEN="${MAX_RESPONSE_LEN:-8192}"
+   MAX_TOKENS_PER_GPU="${MAX_TOKENS_PER_GPU:-$CONTEXT_LENGTH}"
+   NUM_ROLLOUT="${NUM_ROLLOUT:-100000000}" # live serving has no epochs: effectively unbounded
+   SAVE_INTERVAL="${SAVE_INTERVAL:-20}"
+   LR="${LR:-1e-6}"
+   KL_COEF="${KL_COEF:-0}"
+   RAY_DASHBOARD_PORT="${RAY_DASHBOARD_PORT:-8265}"
+   local name
+   for name in PORT JUDGE_PORT ROLLOUT_BATCH_SIZE MAX_STALENESS CONTEXT_LENGTH MAX_RESPONSE_LEN MAX_TOKENS_PER_GPU \
+      NUM_ROLLOUT SAVE_INTERVAL JUDGE_START_TIMEOUT RAY_DASHBOARD_PORT; do
+      openclaw_is_uint "${!name}" || openclaw_die "${name}=${!name}: expected a whole number"
+   done
+   for name in LR KL_COEF; do
+      openclaw_is_number "${!name}" || openclaw_die "${name}=${!name}: expected a number"
+   done
+   ((ROLLOUT_BATCH_SIZE >= 1)) || openclaw_die "ROLLOUT_BATCH_SIZE must be at least 1"
+   [[ $API_KEY != *$'\n'* && $JUDGE_KEY != *$'\n'* ]] || openclaw_die "API_KEY / JUDGE_KEY must be one line"
+
+   # The run directory: absolute, since the Ray job runs elsewhere than this shell.
+   local run_dir="${RUN_DIR:-${OPENCLAW_REPO_ROOT}/runs/slime-$(date +%Y%m%d-%H%M%S)}"
+   [[ $run_dir == /* ]] || run_dir="${PWD}/${run_dir}"
+   RUN_DIR="${run_dir%/}"
+   SAVE_DIR="${SAVE_DIR:-${RUN_DIR}/megatron}"
+   OPENCLAW_CONFIG="${RUN_DIR}/openclaw_rl.yaml"
+   SUBMISSION_ID="openclaw-rl-${OPENCLAW_METHOD}-$(date +%Y%m%d-%H%M%S)-$$"
+   local path
+   for path in "$OPENCLAW_REPO_ROOT" "$SLIME_DIR" "$MEGATRON_DIR" "$RUN_DIR"; do
+      [[ $path != *[\"\\:]* ]] || openclaw_die "${path}: a path with a quote, backslash or colon cannot go on PYTHONPATH"
+   done
+
+   if ! openclaw_is_dry_run; then
+      [[ -e $HF_CKPT ]] || openclaw_die "HF_CKPT=${HF_CKPT} does not exist (see instructions/slime-cluster.md)"
+      [[ -e $REF_LOAD ]] || openclaw_die "REF_LOAD=${REF_LOAD} does not exist: convert the model with Slime's tools/convert_hf_to_torch_dist.py (instructions/slime-cluster.md)"
+      [[ -d $MEGATRON_DIR ]] || openclaw_die "MEGATRON_DIR=${MEGATRON_DIR} does not exist"
+      command -v ray >/dev/null 2>&1 || openclaw_die "ray is not on PATH (run inside the slimerl/slime image)"
+   fi
+   OPENCLAW_YAML=()
+   OPENCLAW_YAML_SHOWN=()
+}
+
+# ---------------------------------------------------------------------------------------- Slime arguments
+
+openclaw_build_args() {
+   # Model architecture, from Slime's own file (MODEL_ARGS_ROTARY_BASE=5000000 for the 2507 checkpoints).
+   # shellcheck source=/dev/null
+   source "${SLIME_DIR}/scripts/models/qwen3-4B.sh"
+   declare -p MODEL_ARGS >/dev/null 2>&1 || openclaw_die "${SLIME_DIR}/scripts/models/qwen3-4B.sh did not set MODEL_ARGS"
+
+   CKPT_ARGS=(
+      --hf-checkpoint "${HF_CKPT}"
+      --ref-load "${REF_LOAD}"
+      # --load = --save: a restart with the same RUN_DIR resumes from the latest checkpoint.
+      --load "${SAVE_DIR}"
+      --save "${SAVE_DIR}"
+      --save-interval "${SAVE_INTERVAL}"
+   )
+
+   ROLLOUT_ARGS=(
+      # Live conversations instead of a prompt dataset: the rollout function serves the OpenAI-compatible
+      # API in the RolloutManager and returns ROLLOUT_BATCH_SIZE judged turns per step.
+      --rollout-function-path slime_ext.hooks.rollout.live_rollout
+      --custom-reward-post-process-path slime_ext.hooks.reward.post_process_rewards
+      # The plugin's own settings (the YAML under one key, openclaw_rl: see openclaw_write_config).
+      --custom-config-path "${OPENCLAW_CONFIG}"
+      --disable-rollout-global-dataset
+      --num-rollout "${NUM_ROLLOUT}"
+      --rollout-batch-size "${ROLLOUT_BATCH_SIZE}"
+      --n-samples-per-prompt 1
+      --rollout-max-response-len "${MAX_RESPONSE_LEN}"
+      --rollout-max-context-len "${CONTEXT_LENGTH}"
+      # One optimizer step per rollout step; weights go to SGLang after every step.
+      --global-batch-size "${ROLLOUT_BATCH_SIZE}"
+      --update-weights-interval 1
+      --balance-data
+   )
+
+   PERF_ARGS=(
+      --tensor-model-parallel-size "${ACTOR_TP}"
+      --sequence-parallel
+      --pipeline-model-parallel-size 1
+      --context-parallel-size 1
+      --expert-model-parallel-size 1
+      --expert-tensor-parallel-size 1
+
+      --recompute-granularity full
+      --recompute-method uniform
+      --recompute-num-layers 1
+
+      --use-dynamic-batch-size
+      --max-tokens-per-gpu "${MAX_TOKENS_PER_GPU}"
+   )
+
+   # Advantage = the verdict, unnormalized, on every response token:
+   # - grpo's returns are the sample's reward broadcast over its tokens (minus kl_coef * KL, 0 here:
+   #   slime/backends/megatron_utils/loss.py compute_advantages_and_returns -> ppo_utils.get_grpo_returns);
+   # - --disable-rewards-normalization turns off the group mean/std normalization of
+   #   RolloutManager._post_process_rewards (slime/ray/rollout.py), which with one sample per prompt would
+   #   zero every reward; our --custom-reward-post-process-path replaces that function anyway, and this
+   #   flag keeps the built-in path unnormalized too;
+   # - no --normalize-advantages (reinforce_plus_plus is not used: Slime's validation requires
+   #   --normalize-advantages with it, slime/utils/arguments.py, which would whiten the verdicts).
+   # --use-rollout-logprobs: the PPO ratio is taken against the log-probs recorded when the turn was
+   # sampled, so a turn sampled by an older version (async training, staleness) is corrected.
+   GRPO_ARGS=(
+      --advantage-estimator grpo
+      --disable-rewards-normalization
+      --use-rollout-logprobs
+      --entropy-coef 0.00
+      --eps-clip 0.2
+      --eps-clip-high 0.28
+   )
+   # KL to the reference model only when asked for: it loads a second copy of the model (REF_LOAD).
+   if [[ ! $KL_COEF =~ ^0*[.]?0*([eE][-+]?[0-9]+)?$ ]]; then
+      GRPO_ARGS+=(--use-kl-loss --kl-loss-coef "${KL_COEF}" --kl-loss-type low_var_kl)
+   fi
+
+   OPTIMIZER_ARGS=(
+      --optimizer adam
+      --lr "${LR}"
+      --lr-decay-style constant
+      --weight-decay 0.1
+      --adam-beta1 0.9
+      --adam-beta2 0.98
+   )
+
+   WANDB_ARGS=(
+      # --use-wandb  (note: W&B logs Slime's args, which include the plugin config with the API key)
+   )
+
+   SGLANG_ARGS=(
+      --rollout-num-gpus-per-engine "${ROLLOUT_GPUS_PER_ENGINE}"
+      --sglang-mem-fraction-static "${SGLANG_MEM_FRACTION:-0.8}"
+      --sglang-context-length "${CONTEXT_LENGTH}"
+   )
+
+   MISC_ARGS=(
+      # default dropout in megatron is 0.1
+      --attention-dropout 0.0
+      --hidden-dropout 0.0
+      # should be good for model performance
+      --accumulate-allreduce-grads-in-fp32
+      --attention-softmax-in-fp32
+      --attention-backend flash
+   )
+}
+
+# ------------------------------------------------------------------------------------ plugin configuration
+
+# Append one setting to the plugin config: a number, or a string (single-quoted YAML). Secrets are shown
+# as a placeholder in what is printed; the file itself has them.
+openclaw_yaml_num() {
+   openclaw_is_number "$2" || openclaw_die "$1=$2: expected a number"
+   OPENCLAW_YAML+=("  $1: $2")
+   OPENCLAW_YAML_SHOWN+=("  $1: $2")
+}
+
+openclaw_yaml_str() {
+   local q="''"
+   OPENCLAW_YAML+=("  $1: '${2//\'/$q}'")
+   OPENCLAW_YAML_SHOWN+=("  $1: '${2//\'/$q}'")
+}
+
+openclaw_yaml_secret() {
+   local q="''"
+   OPENCLAW_YAML+=("  $1: '${2//\'/$q}'")
+   OPENCLAW_YAML_SHOWN+=("  $1: '<hidden>'")
+}
+
+# The common settings; the method script adds its own before openclaw_launch.
+openclaw_common_config() {
+   openclaw_yaml_str method "${OPENCLAW_METHOD}"
+   openclaw_yaml_str model "${HF_CKPT}"
+   openclaw_yaml_str served_model_name "${SERVED_MODEL_NAME}"
+   openclaw_yaml_str host "${HOST}"
+   openclaw_yaml_num port "${PORT}"
+   if [[ -n $API_KEY ]]; then openclaw_yaml_secret api_key "${API_KEY}"; fi
+   openclaw_yaml_str run_dir "${RUN_DIR}"
+   openclaw_yaml_str judge "${JUDGE}"
+   if [[ $JUDGE == openai ]]; then
+      openclaw_yaml_str judge_url "${JUDGE_URL}"
+      openclaw_yaml_str judge_model "${JUDGE_MODEL}"
+      if [[ -n $JUDGE_KEY ]]; then openclaw_yaml_secret judge_key "${JUDGE_KEY}"; fi
+   fi
+   openclaw_yaml_num batch_size "${ROLLOUT_BATCH_SIZE}"
+   openclaw_yaml_num max_staleness "${MAX_STALENESS}"
+   openclaw_yaml_num lora_rank 0 # Slime trains full weights
+   openclaw_yaml_num context_length "${CONTEXT_LENGTH}"
+   openclaw_yaml_num max_tokens_cap "${MAX_RESPONSE_LEN}"
+}
+
+# OPD / Combine settings: openclaw_opd_config W_RL W_OPD. Only token-level distillation: Slime carries one
+# teacher log-prob per response token to the trainer (Sample.teacher_log_probs), no teacher top-k.
+openclaw_opd_config() {
+   local distill="${DISTILL:-token}"
+   [[ $distill == token ]] ||
+      openclaw_die "DISTILL=${distill}: on Slime only token-level distillation is available (top-k distillation is the embedded backend's)"
+   openclaw_yaml_num w_rl "$1"
+   openclaw_yaml_num w_opd "$2"
+   openclaw_yaml_num opd_clip "${OPD_CLIP:-5.0}"
+   openclaw_yaml_str distill "${distill}"
+   # The rollout hook scores the hinted prompt through Slime's SGLang engines, i.e. with the current
+   # policy (self-distillation); there is no frozen base model to score with on this path.
+   openclaw_yaml_str teacher policy
+}
+
+# Write the plugin config. Slime (slime/utils/arguments.py, after validation) does
+# `for k, v in yaml.safe_load(f).items(): setattr(args, k, v)`, overriding any argument of the same name;
+# ServeConfig names such as lr, kl_coef or seed would silently replace Slime's and Megatron's own. So every
+# setting sits under one new key: args.openclaw_rl is a mapping of slime_ext.config.ServeConfig settings,
+# in every process (Slime pickles args into each Ray actor).
+openclaw_write_config() {
+   mkdir -p "${RUN_DIR}"
+   local tmp="${OPENCLAW_CONFIG}.tmp.$$"
+   (
+      umask 077
+      {
+         echo "# openclaw-rl plugin settings for Slime (--custom-config-path), written by scripts/slime_common.sh."
+         echo "# Slime sets each top-level key onto its args; the hooks read args.openclaw_rl (ServeConfig settings)."
+         echo "openclaw_rl:"
+         printf '%s\n' "${OPENCLAW_YAML[@]}"
+      } >"$tmp"
+   )
+   chmod 600 "$tmp"
+   mv -f "$tmp" "${OPENCLAW_CONFIG}"
+}
+
+# ------------------------------------------------------------------------------------------------ launching
+
+OPENCLAW_JUDGE_PID=""
+OPENCLAW_STARTED_RAY=0
+OPENCLAW_SUBMITTED=0
+OPENCLAW_JOB_DONE=0
+OPENCLAW_SUBMIT_PID=""
+
+# Is this child process still running? One that has exited but is not reaped yet (a zombie) is not.
+openclaw_alive() {
+   local stat
+   kill -0 "$1" 2>/dev/null || return 1
+   [[ -r /proc/$1/stat ]] || return 0
+   read -r stat <"/proc/$1/stat" || return 0
+   stat="${stat##*) }"
+   [[ ${stat%% *} != Z ]]
+}
+
+openclaw_stop_judge() {
+   [[ -n $OPENCLAW_JUDGE_PID ]] || return 0
+   local pid=$OPENCLAW_JUDGE_PID target waited=0
+   OPENCLAW_JUDGE_PID=""
+   # The judge runs in its own process group (setsid), so its SGLang workers are stopped with it. Until
+   # this script reaps the leader, that group id cannot be reused by anyone else.
+   target="-${pid}"
+   kill -0 -- "$target" 2>/dev/null || target="$pid"
+   echo "stopping the judge SGLang server (pid ${pid})" >&2
+   kill -TERM -- "$target" 2>/dev/null || true
+   while ((waited < 30)) && openclaw_alive "$pid"; do
+      sleep 1
+      waited=$((waited + 1))
+   done
+   kill -KILL -- "$target" 2>/dev/null || true
+   wait "$pid" 2>/dev/null || true
+}
+
+openclaw_cleanup() {
+   local rc=$?
+   trap - EXIT INT TERM
+   if [[ -n $OPENCLAW_SUBMIT_PID ]]; then
+      kill -TERM "$OPENCLAW_SUBMIT_PID" 2>/dev/null || true # the `ray job submit` client this script started
+      wait "$OPENCLAW_SUBMIT_PID" 2>/dev/null || true
+   fi
+   if ((OPENCLAW_SUBMITTED && !OPENCLAW_JOB_DONE)); then
+      echo "stopping Ray job ${SUBMISSION_ID}" >&2
+      ray job stop --address="${OPENCLAW_RAY_ADDRESS}" "${SUBMISSION_ID}" >&2 || true
+   fi
+   openclaw_stop_judge
+   if ((OPENCLAW_STARTED_RAY)); then
+      if [[ ${KEEP_RAY:-0} == 1 ]]; then
+         echo "leaving the Ray head this script started running (KEEP_RAY=1); stop it with: ray stop" >&2
+      else
+         echo "stopping the Ray head this script started" >&2
+         ray stop >&2 || true
+      fi
+   fi
+   exit "$rc"
+}
+
+openclaw_wait_for_judge() {
+   local url="http://${MASTER_ADDR}:${JUDGE_PORT}/health_generate" waited=0
+   echo "waiting for the judge SGLang server at ${url} (log: ${RUN_DIR}/judge_sglang.log)"
+   until curl -sf --max-time 10 "$url" >/dev/null 2>&1; do
+      openclaw_alive "$OPENCLAW_JUDGE_PID" || {
+         tail -n 30 "${RUN_DIR}/judge_sglang.log" >&2 || true
+         openclaw_die "the judge SGLang server exited; its log is ${RUN_DIR}/judge_sglang.log"
+      }
+      ((waited < JUDGE_START_TIMEOUT)) || openclaw_die "the judge SGLang server did not answer in ${JUDGE_START_TIMEOUT} s (JUDGE_START_TIMEOUT)"
+      sleep 5
+      waited=$((waited + 5))
+   done
+   echo "judge ready at ${JUDGE_URL} (model ${JUDGE_MODEL})"
+}
+
+openclaw_launch() {
+   openclaw_write_config
+
+   local nvlink_count=0 has_nvlink=0
+   if command -v nvidia-smi >/dev/null 2>&1; then
+      nvlink_count=$(nvidia-smi topo -m 2>/dev/null | grep -o 'NV[0-9][0-9]*' | wc -l || true)
+   fi
+   if ((nvlink_count > 0)); then has_nvlink=1; fi
+
+   OPENCLAW_RAY_ADDRESS="http://127.0.0.1:${RAY_DASHBOARD_PORT}"
+   local runtime_env_json
+   runtime_env_json="{\"env_vars\": {\"PYTHONPATH\": \"${MEGATRON_DIR}:${SLIME_DIR}:${OPENCLAW_REPO_ROOT}\", \"CUDA_DEVICE_MAX_CONNECTIONS\": \"1\", \"NCCL_NVLS_ENABLE\": \"${has_nvlink}\"}}"
+
+   local judge_cmd=()
+   if ((OPENCLAW_START_JUDGE)); then
+      judge_cmd=(env "CUDA_VISIBLE_DEVICES=${JUDGE_GPU_LIST}" python3 -m sglang.launch_server
+         --model-path "${JUDGE_MODEL_PATH}"
+         --served-model-name "${JUDGE_MODEL}"
+         --host "${MASTER_ADDR}"
+         --port "${JUDGE_PORT}"
+         --tp-size "${JUDGE_TP}")
+      if ((PRM_GPUS / JUDGE_TP > 1)); then judge_cmd+=(--dp-size "$((PRM_GPUS / JUDGE_TP))"); fi
+      judge_cmd+=(--mem-fraction-static "${JUDGE_MEM_FRACTION:-0.85}")
+   fi
+
+   # Ray sees only the training and rollout GPUs, so the judge's are never scheduled twice.
+   local ray_start_cmd=(env "CUDA_VISIBLE_DEVICES=${RAY_GPU_LIST}" ray start --head
+      --node-ip-address "${MASTER_ADDR}"
+      --num-gpus "$((ACTOR_GPUS + ROLLOUT_GPUS))"
+      --disable-usage-stats
+      --dashboard-host "${RAY_DASHBOARD_HOST:-127.0.0.1}"
+      --dashboard-port "${RAY_DASHBOARD_PORT}")
+
+   local submit_cmd=(ray job submit --address="${OPENCLAW_RAY_ADDRESS}"
+      --submission-id "${SUBMISSION_ID}"
+      --runtime-env-json="${runtime_env_json}"
+      -- python3 train_async.py
+      --actor-num-nodes 1
+      --actor-num-gpus-per-node "${ACTOR_GPUS}"
+      --rollout-num-gpus "${ROLLOUT_GPUS}"
+      --num-gpus-per-node "$((ACTOR_GPUS + ROLLOUT_GPUS))"
+      "${MODEL_ARGS[@]}"
+      "${CKPT_ARGS[@]}"
+      "${ROLLOUT_ARGS[@]}"
+      "${OPTIMIZER_ARGS[@]}"
+      "${GRPO_ARGS[@]}"
+      "${WANDB_ARGS[@]}"
+      "${PERF_ARGS[@]}"
+      "${SGLANG_ARGS[@]}"
+      "${MISC_ARGS[@]}")
+
+   openclaw_note "openclaw-rl on Slime: method ${OPENCLAW_METHOD}$(openclaw_is_dry_run && echo ' (DRY_RUN=1: nothing is started)')"
+   openclaw_note "Slime: ${SLIME_DIR}   Megatron: ${MEGATRON_DIR}   model: ${HF_CKPT} (torch_dist: ${REF_LOAD})"
+   openclaw_note "GPUs: actor ${ACTOR_GPUS} + rollout ${ROLLOUT_GPUS} on ${RAY_GPU_LIST} (Ray); judge ${PRM_GPUS}${JUDGE_GPU_LIST:+ on ${JUDGE_GPU_LIST}} (NVLink: ${has_nvlink})"
+   openclaw_note "judge: ${JUDGE}${JUDGE_URL:+ at ${JUDGE_URL}}${JUDGE_MODEL:+ (model ${JUDGE_MODEL})}"
+   openclaw_note "server: http://${HOST}:${PORT}/v1 (model ${SERVED_MODEL_NAME}), API key: $([[ -n $API_KEY ]] && echo 'set (in the config file only)' || echo 'none: anyone who can reach the port can use it')"
+   openclaw_note "run directory: ${RUN_DIR}"
+   openclaw_note "plugin config (mode 600): ${OPENCLAW_CONFIG}"
+   printf '#   %s\n' "openclaw_rl:" "${OPENCLAW_YAML_SHOWN[@]}"
+
+   if openclaw_is_dry_run; then
+      if ((OPENCLAW_START_JUDGE)); then
+         openclaw_note "the judge SGLang server, in the background (its own process group; log ${RUN_DIR}/judge_sglang.log):"
+         openclaw_show setsid "${judge_cmd[@]}"
+      fi
+      openclaw_note "the Ray head (refused if a Ray cluster is already running here, unless REUSE_RAY=1):"
+      openclaw_show "${ray_start_cmd[@]}"
+      openclaw_note "the training job, from ${SLIME_DIR}:"
+      openclaw_show "${submit_cmd[@]}"
+      openclaw_note "on exit: ray job stop ${SUBMISSION_ID}; stop the judge by its PID; ray stop if this script started the Ray head"
+      return 0
+   fi
+
+   cd "${SLIME_DIR}" || openclaw_die "cannot enter ${SLIME_DIR}"
+   trap openclaw_cleanup EXIT
+   trap 'exit 130' INT
+   trap 'exit 143' TERM
+
+   local start_ray=1
+   if ray status >/dev/null 2>&1; then
+      [[ ${REUSE_RAY:-0} == 1 ]] ||
+         openclaw_die "a Ray cluster is already running on this node; stop it first (ray stop), or set REUSE_RAY=1 to submit the job to it"
+      echo "submitting to the running Ray cluster (REUSE_RAY=1); it is left running afterwards"
+      start_ray=0
+   fi
+
+   if ((OPENCLAW_START_JUDGE)); then
+      command -v curl >/dev/null 2>&1 || openclaw_die "curl is needed to wait for the judge server"
+      openclaw_show setsid "${judge_cmd[@]}"
+      if command -v setsid >/dev/null 2>&1; then
+         setsid "${judge_cmd[@]}" >"${RUN_DIR}/judge_sglang.log" 2>&1 &
+      else
+         "${judge_cmd[@]}" >"${RUN_DIR}/judge_sglang.log" 2>&1 &
+      fi
+      OPENCLAW_JUDGE_PID=$!
+      echo "judge SGLang server started (pid ${OPENCLAW_JUDGE_PID}, log ${RUN_DIR}/judge_sglang.log)"
+   fi
+
+   if ((start_ray)); then
+      openclaw_show "${ray_start_cmd[@]}"
+      OPENCLAW_STARTED_RAY=1
+      "${ray_start_cmd[@]}"
+   fi
+
+   if ((OPENCLAW_START_JUDGE)); then openclaw_wait_for_judge; fi
+
+   # In the background and waited for, so that INT / TERM reach the trap at once (a foreground command
+   # would delay them until the job ends); the trap then stops the job by its submission id.
+   openclaw_show "${submit_cmd[@]}"
+   OPENCLAW_SUBMITTED=1
+   "${submit_cmd[@]}" &
+   OPENCLAW_SUBMIT_PID=$!
+   local rc=0
+   wait "${OPENCLAW_SUBMIT_PID}" || rc=$?
+   OPENCLAW_SUBMIT_PID=""
+   if ((rc == 0)); then OPENCLAW_JOB_DONE=1; fi
+   return "$rc"
+}
