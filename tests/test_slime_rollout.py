@@ -126,3 +126,29 @@ def test_rollout_without_our_settings_uses_the_data_source():
     assert [g[0].index for g in out.samples] == [0, 1]
     ev = live_rollout(None, 0, Source(), evaluation=True)
     assert list(ev.data) == ["openclaw_live"] and ev.data["openclaw_live"]["rewards"] == [0.0]
+
+
+def test_evaluation_reports_recent_judged_turns_without_taking_them(sglang_source):
+    src = sglang_source("binary")
+    converse(src.port, 2)
+    import time
+
+    deadline = time.time() + 60
+    while src.store.counts()["judged_turns"] < 2:
+        assert time.time() < deadline
+        time.sleep(0.1)
+    args = SimpleNamespace(openclaw_rl={"method": "binary"}, n_eval_samples=8)
+    from slime_ext.hooks import rollout
+
+    original = rollout.live_source
+    rollout.live_source = lambda a: src
+    try:
+        ev = live_rollout(args, 0, None, evaluation=True)
+    finally:
+        rollout.live_source = original
+    data = ev.data["openclaw_live"]
+    assert len(data["samples"]) == 2 and sorted(data["rewards"]) == [-1.0, 1.0]
+    # tiny never samples its end token, so both 6-token answers hit max_tokens: truncated
+    assert data["truncated"] == [True, True]
+    assert all(s.status == Sample.Status.TRUNCATED for s in data["samples"])
+    assert src.store.counts()["trained_turns"] == 0  # evaluation hands nothing out

@@ -175,7 +175,7 @@ class LiveSource:
         self.store.mark_trained([(r["session_id"], r["idx"]) for r in usable], rollout_id + 1)
         return samples
 
-    def _sample(self, row: dict[str, Any]) -> Sample:
+    def _sample(self, row: dict[str, Any], score_teacher: bool = True) -> Sample:
         from slime_ext.teacher import teacher_prompt_ids
         from slime_ext.trainers.loop import turn_to_sample
 
@@ -186,7 +186,7 @@ class LiveSource:
         sample.response = self.tokenizer.decode(row["response_token_ids"], skip_special_tokens=True)
         sample.prompt = row.get("messages") or ""
         sample.weight_versions = [str(row["policy_version"])]
-        if row.get("hint") and self.cfg.method in ("opd", "combine"):
+        if score_teacher and row.get("hint") and self.cfg.method in ("opd", "combine"):
             prompt = teacher_prompt_ids(self.renderer, row["messages"], row["hint"], row.get("tools"), row.get("tool_choice"))
             ids = prompt + row["response_token_ids"]
             teacher = self._on_loop(self.engine.score(ids, len(prompt)), timeout_s=600)
@@ -196,9 +196,7 @@ class LiveSource:
 
     def recent(self, n: int) -> list[Sample]:
         """The latest judged turns as samples, without handing them out (for evaluation)."""
-        from slime_ext.trainers.loop import turn_to_sample
-
-        return [turn_to_sample(r) for r in self.store.recent_judged(n)]
+        return [self._sample(r, score_teacher=False) for r in self.store.recent_judged(n)]
 
     def metrics(self, samples: list[Sample]) -> dict[str, float]:
         counts = self.store.counts()
