@@ -1,0 +1,219 @@
+"""Scripted user simulators: deterministic personas with a hidden preference (CPU only).
+
+A ``Persona`` checks a response against its hidden preference, a tuple of ``Check`` s.
+``score(task, response)`` is the fraction of checks passed (partial credit in ``[0, 1]``).
+``reply(task, response)`` is the persona's next message: when every check passes, the persona's
+thanks (the heuristic judge scores it +1 and extracts no hint); otherwise one correction sentence
+per failed check, in check order, joined with a space. Each correction is what a real user
+writes; ``heuristic_vote(sentence, "user") == -1`` and ``heuristic_hint(sentence, "user")`` names
+what to fix (tested in ``tests/test_simulate.py``).
+
+Helpers: the *final number* of a response is its last number (commas inside numbers ignored,
+decimals allowed); *words* are whitespace-separated tokens; *sentences* are the non-empty pieces
+between ``. ! ?`` followed by a space or the end.
+
+``student`` (math tasks; wants homework that does not look AI-written), 5 checks, 0.2 each:
+  1. ``correct``: the final number equals the answer.
+     "That's wrong, make sure you check the arithmetic and end with the right number."
+  2. ``lowercase``: no uppercase letter.
+     "Don't use capital letters, write it all in lowercase."
+  3. ``no_markdown``: no ``*``, ``_``, ``#``, backtick, ``\\(``, ``\\[``, ``\\boxed``, and no
+     bullet or numbered-list lines.
+     "Don't use markdown or bullet points, just write plain sentences."
+  4. ``no_ai_tells``: none of "as an ai", "language model", "i hope this helps", "great question",
+     "certainly", "happy to help", "let's break", "step-by-step".
+     "Don't sound like an AI, never say things like as an AI or I hope this helps."
+  5. ``short``: at most ``STUDENT_MAX_WORDS`` (40) words.
+     "Keep it short, under 40 words."
+  Thanks: "thanks, that works!"
+
+``teacher`` (grading tasks; wants friendly, specific comments), 5 checks, 0.2 each:
+  1. ``names_student``: the student's name appears as a word (any case).
+     "You should use the student's name, <name>, in the comment."
+  2. ``states_answer``: the correct answer appears as a number.
+     "You should state the correct answer, <answer>, in the comment."
+  3. ``encouraging``: one of ``ENCOURAGING`` ("well done", "great", "good job", "nice",
+     "excellent", "keep it up", "keep going", "keep practicing", "proud", "good try",
+     "good effort", "nice try", "you can do it").
+     "Don't forget to encourage them, add something like well done or keep it up."
+  4. ``brief``: at most ``TEACHER_MAX_SENTENCES`` (3) sentences.
+     "Keep it short, three sentences at most."
+  5. ``friendly``: none of ``HARSH`` ("careless", "lazy", "sloppy", "stupid", "terrible",
+     "awful", "bad", "poor", "disappointing", "useless").
+     "Don't be harsh, avoid words like careless or lazy."
+  Thanks: "Perfect, thank you!"
+
+``terse`` (math tasks; wants one line with a sign-off), 4 checks, 0.25 each:
+  1. ``correct``: the final number (ignoring the sign-off) equals the answer.
+     "That's wrong, make sure the final number is right."
+  2. ``one_line``: no line break (after stripping).
+     "Don't use line breaks, answer in one line."
+  3. ``short``: at most ``TERSE_MAX_WORDS`` (15) words, sign-off included.
+     "Keep it short, 15 words at most."
+  4. ``sign_off``: ends with ``SIGN_OFF`` ("— done", an em dash), trailing whitespace ignored.
+     "You should always end with — done."
+  Thanks: "ok thanks."
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from slime_ext.simulate.tasks import Task
+
+STUDENT_MAX_WORDS = 40
+TEACHER_MAX_SENTENCES = 3
+TERSE_MAX_WORDS = 15
+SIGN_OFF = "\u2014 done"
+
+AI_TELLS = (
+    "as an ai", "language model", "i hope this helps", "great question", "certainly", "happy to help",
+    "let's break", "step-by-step",
+)
+ENCOURAGING = (
+    "well done", "great", "good job", "nice", "excellent", "keep it up", "keep going", "keep practicing",
+    "proud", "good try", "good effort", "nice try", "you can do it",
+)
+HARSH = ("careless", "lazy", "sloppy", "stupid", "terrible", "awful", "bad", "poor", "disappointing", "useless")
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
+_MARKDOWN = re.compile(r"[*_#`]|\\[(\[]|\\boxed|^\s*(?:[-+\u2022]|\d+[.)])\s", re.M)
+_SENTENCE_END = re.compile(r"[.!?]+(?:\s+|$)")
+
+
+def numbers(text: str) -> list[float]:
+    """The numbers in ``text``, in order (``1,200`` is one number)."""
+    return [float(x) for x in _NUMBER.findall(_THOUSANDS.sub("", text))]
+
+
+def final_number(text: str) -> float | None:
+    """The last number in ``text``, or ``None``."""
+    found = numbers(text)
+    return found[-1] if found else None
+
+
+def sentence_count(text: str) -> int:
+    return sum(1 for s in _SENTENCE_END.split(text) if re.search(r"\w", s))
+
+
+def _has_phrase(text: str, phrases: tuple[str, ...]) -> bool:
+    low = text.lower().replace("\u2019", "'")
+    return any(re.search(rf"\b{re.escape(p)}\b", low) for p in phrases)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One part of a hidden preference: ``test(task, response)`` and the user's correction."""
+
+    name: str
+    test: Callable[[Task, str], bool]
+    correction: Callable[[Task], str]
+
+
+@dataclass(frozen=True)
+class Persona:
+    name: str
+    preference: str  # hidden from the model; for logs and reports
+    task_kind: str  # "math" or "grading"
+    checks: tuple[Check, ...]
+    opener: Callable[[Task], str]
+    thanks: str
+
+    def first_message(self, task: Task) -> str:
+        return self.opener(task)
+
+    def failed(self, task: Task, response: str) -> list[Check]:
+        return [c for c in self.checks if not c.test(task, response)]
+
+    def score(self, task: Task, response: str) -> float:
+        """The fraction of checks passed, in ``[0, 1]``."""
+        return 1.0 - len(self.failed(task, response)) / len(self.checks)
+
+    def reply(self, task: Task, response: str) -> str:
+        """Thanks when every check passes, else one correction sentence per failed check."""
+        failed = self.failed(task, response)
+        return " ".join(c.correction(task) for c in failed) if failed else self.thanks
+
+
+def _correct(task: Task, response: str) -> bool:
+    return final_number(response) == task.answer
+
+
+def _correct_before_sign_off(task: Task, response: str) -> bool:
+    body = response.rstrip()
+    if body.endswith(SIGN_OFF):
+        body = body[: -len(SIGN_OFF)]
+    return _correct(task, body)
+
+
+STUDENT = Persona(
+    name="student",
+    preference="homework that does not look AI-written: the right answer, plain lowercase, no markdown, "
+    f"no AI phrases, at most {STUDENT_MAX_WORDS} words",
+    task_kind="math",
+    checks=(
+        Check("correct", _correct,
+              lambda t: "That's wrong, make sure you check the arithmetic and end with the right number."),
+        Check("lowercase", lambda t, r: r == r.lower(),
+              lambda t: "Don't use capital letters, write it all in lowercase."),
+        Check("no_markdown", lambda t, r: not _MARKDOWN.search(r),
+              lambda t: "Don't use markdown or bullet points, just write plain sentences."),
+        Check("no_ai_tells", lambda t, r: not _has_phrase(r, AI_TELLS),
+              lambda t: "Don't sound like an AI, never say things like as an AI or I hope this helps."),
+        Check("short", lambda t, r: len(r.split()) <= STUDENT_MAX_WORDS,
+              lambda t: f"Keep it short, under {STUDENT_MAX_WORDS} words."),
+    ),
+    opener=lambda t: f"can you do this one for my homework? {t.prompt}",
+    thanks="thanks, that works!",
+)
+
+TEACHER = Persona(
+    name="teacher",
+    preference="friendly, specific grading comments: the student's name, the correct answer, an "
+    f"encouraging word, no harsh words, at most {TEACHER_MAX_SENTENCES} sentences",
+    task_kind="grading",
+    checks=(
+        Check("names_student", lambda t, r: bool(re.search(rf"\b{re.escape(t.student)}\b", r, re.I)),
+              lambda t: f"You should use the student's name, {t.student}, in the comment."),
+        Check("states_answer", lambda t, r: t.answer in numbers(r),
+              lambda t: f"You should state the correct answer, {t.answer}, in the comment."),
+        Check("encouraging", lambda t, r: _has_phrase(r, ENCOURAGING),
+              lambda t: "Don't forget to encourage them, add something like well done or keep it up."),
+        Check("brief", lambda t, r: sentence_count(r) <= TEACHER_MAX_SENTENCES,
+              lambda t: "Keep it short, three sentences at most."),
+        Check("friendly", lambda t, r: not _has_phrase(r, HARSH),
+              lambda t: "Don't be harsh, avoid words like careless or lazy."),
+    ),
+    opener=lambda t: t.prompt,
+    thanks="Perfect, thank you!",
+)
+
+TERSE = Persona(
+    name="terse",
+    preference=f"one line, at most {TERSE_MAX_WORDS} words, the right answer, ending with '{SIGN_OFF}'",
+    task_kind="math",
+    checks=(
+        Check("correct", _correct_before_sign_off,
+              lambda t: "That's wrong, make sure the final number is right."),
+        Check("one_line", lambda t, r: "\n" not in r.strip(),
+              lambda t: "Don't use line breaks, answer in one line."),
+        Check("short", lambda t, r: len(r.split()) <= TERSE_MAX_WORDS,
+              lambda t: f"Keep it short, {TERSE_MAX_WORDS} words at most."),
+        Check("sign_off", lambda t, r: r.rstrip().endswith(SIGN_OFF),
+              lambda t: f"You should always end with {SIGN_OFF}."),
+    ),
+    opener=lambda t: t.prompt,
+    thanks="ok thanks.",
+)
+
+PERSONAS: dict[str, Persona] = {p.name: p for p in (STUDENT, TEACHER, TERSE)}
+
+
+def get_persona(name: str) -> Persona:
+    try:
+        return PERSONAS[name]
+    except KeyError:
+        raise ValueError(f"unknown persona {name!r}; known: {sorted(PERSONAS)}") from None
