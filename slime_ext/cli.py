@@ -3,6 +3,7 @@
   openclaw-rl serve    [--model M] [--port P] [--run-dir DIR] ...   serve and record
   openclaw-rl records  --run-dir DIR [--json]                       print what was recorded
   openclaw-rl models                                                list / prepare built-in models
+  openclaw-rl experiment personalization [--methods ...] [--out DIR]  learning curves on simulated users
 """
 
 from __future__ import annotations
@@ -159,7 +160,23 @@ def build_parser() -> argparse.ArgumentParser:
                        description="List built-in models; --prepare converts them now instead of on first use.")
     p.add_argument("--prepare", action="store_true", help="convert / build every built-in model now")
     p.set_defaults(fn=cmd_models)
+    _add_experiment_parser(sub)
     return parser
+
+
+def _add_experiment_parser(sub) -> None:
+    from slime_ext.simulate import experiment
+
+    p = sub.add_parser("experiment", help="run a learning experiment against the real server",
+                       description="Learning experiments that drive `openclaw-rl serve` over HTTP as simulated users.")
+    kinds = p.add_subparsers(dest="experiment", required=True)
+    e = kinds.add_parser("personalization", help="learning curves: held-out score vs interactions per method",
+                         description="For every method, persona and seed: start the server, run training sessions "
+                                     "of the persona over HTTP, and probe a fixed held-out set (side turns, "
+                                     "temperature 0) at the start and after every --probe-every sessions. Writes "
+                                     "results.csv, results.md and results.png under --out; progress on stderr.")
+    experiment.add_arguments(e)
+    e.set_defaults(fn=experiment.cmd_personalization)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,44 @@
+"""`openclaw-rl experiment personalization` end to end on a tiny configuration: the real server,
+training sessions over HTTP, probes at 0, 1 and 2 sessions, and the CSV / Markdown / PNG outputs."""
+
+import csv
+import json
+import subprocess
+import sys
+
+from slime_ext.simulate.experiment import COLUMNS
+
+
+def test_tiny_experiment_writes_csv_markdown_and_png_and_never_trains_on_probes(tmp_path):
+    out = tmp_path / "results"
+    r = subprocess.run(
+        [sys.executable, "-m", "slime_ext.cli", "experiment", "personalization", "--model", "tiny",
+         "--methods", "combine", "--personas", "student", "--seeds", "0", "--sessions", "2", "--probe-every", "1",
+         "--heldout", "2", "--rounds", "1", "--max-tokens", "8", "--batch-size", "1", "--lora-rank", "4",
+         "--lr", "1e-3", "--out", str(out)],
+        capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "2/2 sessions" in r.stderr  # the progress bar
+
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert list(rows[0]) == COLUMNS
+    assert [int(x["sessions"]) for x in rows] == [0, 1, 2]
+    assert [int(x["interactions"]) for x in rows] == [0, 2, 4]  # rounds=1: two user messages per session
+    assert {(x["method"], x["persona"], x["seed"]) for x in rows} == {("combine", "student", "0")}
+    for x in rows:
+        assert 0.0 <= float(x["score_mean"]) <= 1.0 and int(x["probe_n"]) == 2
+    assert int(rows[0]["policy_version"]) == 0 and int(rows[-1]["policy_version"]) >= 1  # training happened
+
+    png = (out / "results.png").read_bytes()
+    assert len(png) > 1000 and png[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (out / "results.md").read_text()
+    assert "| combine | student |" in md and "interactions to reach 0.8" in md
+
+    run_dir = out / "runs" / "combine-student-s0"
+    records = json.loads(subprocess.run([sys.executable, "-m", "slime_ext.cli", "records", "--run-dir", str(run_dir),
+                                         "--json"], capture_output=True, text=True, check=True).stdout)
+    turns = [t for s in records["sessions"] for t in s["turns"]]
+    probes = [t for t in turns if not t["main_line"]]
+    assert len(probes) == 3 * 2  # three probes of two held-out tasks, all side turns
+    assert all(t["trained_in_version"] is None and t["verdict"] is None for t in probes)
+    assert any(t["trained_in_version"] is not None for t in turns if t["main_line"])
