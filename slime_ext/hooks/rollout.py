@@ -141,9 +141,11 @@ class LiveSource:
         async def down() -> None:
             await self._runner.cleanup()
             await self.engine.close()
+            self.server.store.close()
 
         asyncio.run_coroutine_threadsafe(down(), self.loop).result(30)
         self.loop.call_soon_threadsafe(self.loop.stop)
+        self.store.close()
 
     def _on_loop(self, coro, timeout_s: float | None = None):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
