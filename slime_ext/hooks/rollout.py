@@ -153,21 +153,13 @@ class LiveSource:
     # ----------------------------------------------------------------- samples
     def take(self, n: int, rollout_id: int, timeout_s: float | None = None) -> list[Sample]:
         """Block until ``n`` turns with a training signal are ready; return them as samples."""
-        from slime_ext.algorithms import staleness_filter
-        from slime_ext.trainers.loop import no_signal
+        from slime_ext.trainers.loop import select_turns
 
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
-            rows = self.store.trainable_turns(n * 4)
-            current = self.engine.policy_version
-            usable = []
-            for row, why in zip(rows, staleness_filter([r["policy_version"] for r in rows], current,
-                                                       self.cfg.max_staleness)):
-                why = why or no_signal(self.cfg.method if self.cfg.method != "none" else "binary", row)
-                if why is not None:
-                    self.store.mark_dropped(row["session_id"], row["idx"], why)
-                elif len(usable) < n:
-                    usable.append(row)
+            method = self.cfg.method if self.cfg.method != "none" else "binary"
+            usable = select_turns(self.store, self.store.trainable_turns(n * 4), method, self.engine.policy_version,
+                                  self.cfg.max_staleness, n)
             if len(usable) == n:
                 break
             if deadline is not None and time.monotonic() > deadline:

@@ -18,7 +18,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -89,6 +89,33 @@ def latest_checkpoint(run_dir: str | Path) -> tuple[int, Path] | None:
     if not done:
         return None
     return int(done[-1].name[1:]), done[-1]
+
+
+def select_turns(store, rows: list[dict[str, Any]], method: str, version: int, max_staleness: int, n: int,
+                 check: Callable[[dict[str, Any]], str | None] | None = None) -> list[dict[str, Any]]:
+    """Up to ``n`` of ``rows`` with a training signal for ``method`` and not too stale; refused rows
+    are marked dropped with their reason. ``check(row)`` (costly: the teacher pass) runs only once
+    ``n`` candidates exist, and only on the rows about to be taken; it may refuse one too."""
+    candidates = []
+    stale = staleness_filter([r["policy_version"] for r in rows], version, max_staleness)
+    for row, why in zip(rows, stale):
+        why = why or no_signal(method, row)
+        if why is not None:
+            store.mark_dropped(row["session_id"], row["idx"], why)
+        else:
+            candidates.append(row)
+    if check is None or len(candidates) < n:
+        return candidates[:n]
+    usable: list[dict[str, Any]] = []
+    for row in candidates:
+        if len(usable) == n:
+            break
+        why = check(row)
+        if why is not None:
+            store.mark_dropped(row["session_id"], row["idx"], why)
+        else:
+            usable.append(row)
+    return usable
 
 
 def turn_to_sample(row: dict[str, Any]) -> Sample:
@@ -177,16 +204,8 @@ class OnlineTrainer:
     def step(self) -> dict[str, Any] | None:
         """Train once if ``batch_size`` usable turns are waiting; returns the step's metrics."""
         rows = self.store.trainable_turns(self.config.batch_size * 4)
-        usable = []
-        stale = staleness_filter([r["policy_version"] for r in rows], self.version, self.config.max_staleness)
-        for row, why in zip(rows, stale):
-            why = why or no_signal(self.config.method, row)
-            if why is None and row.get("hint") and self.config.method != "binary":
-                why = self.score_with_teacher(row)
-            if why is not None:
-                self.store.mark_dropped(row["session_id"], row["idx"], why)
-            elif len(usable) < self.config.batch_size:
-                usable.append(row)
+        usable = select_turns(self.store, rows, self.config.method, self.version, self.config.max_staleness,
+                              self.config.batch_size, check=self._teach)
         if len(usable) < self.config.batch_size:
             return None
         started = time.perf_counter()
@@ -217,6 +236,12 @@ class OnlineTrainer:
         self.prune()
         metrics.update(version=self.version, checkpoint=str(path))
         return metrics
+
+    def _teach(self, row: dict[str, Any]) -> str | None:
+        """Score a hinted row with the teacher (OPD / Combine) before it is taken; why not, or None."""
+        if row.get("hint") and self.config.method != "binary":
+            return self.score_with_teacher(row)
+        return None
 
     def score_with_teacher(self, row: dict[str, Any]) -> str | None:
         """Set ``row["teacher_logprobs"]`` (and store them); return why not when that is impossible."""
