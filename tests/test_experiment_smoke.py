@@ -3,10 +3,15 @@ training sessions over HTTP, probes at 0, 1 and 2 sessions, and the CSV / Markdo
 
 import csv
 import json
+import os
+import re
 import subprocess
 import sys
 
-from slime_ext.simulate.experiment import COLUMNS
+import pytest
+
+from slime_ext.simulate import ChatClient, LLMPersona, get_persona
+from slime_ext.simulate.experiment import COLUMNS, tasks_for
 
 
 def test_tiny_experiment_writes_csv_markdown_and_png_and_never_trains_on_probes(tmp_path):
@@ -42,3 +47,43 @@ def test_tiny_experiment_writes_csv_markdown_and_png_and_never_trains_on_probes(
     assert len(probes) == 3 * 2  # three probes of two held-out tasks, all side turns
     assert all(t["trained_in_version"] is None and t["verdict"] is None for t in probes)
     assert any(t["trained_in_version"] is not None for t in turns if t["main_line"])
+
+
+def test_tiny_experiment_with_an_llm_simulator_scores_through_it_and_never_leaks_its_key(tmp_path):
+    from _persona_server import start_sim_server
+
+    persona = LLMPersona("student", ChatClient("http://127.0.0.1:9"))
+    tasks = tasks_for(persona, "train", 1, 0) + tasks_for(persona, "heldout", 2, 0)
+    sim = start_sim_server("student", {persona.first_message(t): t for t in tasks})
+    out = tmp_path / "results"
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "slime_ext.cli", "experiment", "personalization", "--model", "tiny",
+             "--methods", "binary", "--personas", "student", "--seeds", "0", "--sessions", "1",
+             "--heldout", "2", "--rounds", "1", "--max-tokens", "8", "--batch-size", "1", "--lora-rank", "4",
+             "--simulator-url", f"http://127.0.0.1:{sim.server_port}/v1", "--simulator-model", "sim",
+             "--out", str(out)],
+            capture_output=True, text=True, timeout=240, env={**os.environ, "OPENCLAW_SIM_API_KEY": "sk-test-secret"})
+    finally:
+        sim.shutdown()
+        sim.server_close()
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert [int(x["sessions"]) for x in rows] == [0, 1] and all(int(x["probe_n"]) == 2 for x in rows)
+    ratings = [b for _, b in sim.requests if "Reply with one number" in b["messages"][-1]["content"]]
+    replies = [b for _, b in sim.requests if "Reply with one number" not in b["messages"][-1]["content"]]
+    assert len(ratings) == 2 * 2 and len(replies) == 1  # two probes of two answers; one follow-up
+    assert all(h["Authorization"] == "Bearer sk-test-secret" and b["model"] == "sim" for h, b in sim.requests)
+
+    scripted = get_persona("student")
+    rated = [re.findall(r"<<<\n(.*?)\n>>>", b["messages"][-1]["content"], re.S) for b in ratings]
+    for row, pair in zip(rows, (rated[:2], rated[2:])):  # each probe's score is the mean of the simulator's ratings
+        expected = sum(scripted.score(sim.tasks[q], a) for q, a in pair) / 2
+        assert float(row["score_mean"]) == pytest.approx(expected, abs=1e-4)
+
+    run_dir = out / "runs" / "binary-student-s0"
+    records = json.loads(subprocess.run([sys.executable, "-m", "slime_ext.cli", "records", "--run-dir", str(run_dir),
+                                         "--json"], capture_output=True, text=True, check=True).stdout)
+    probe_answers = sorted(t["response_text"] for s in records["sessions"] for t in s["turns"] if not t["main_line"])
+    assert probe_answers == sorted(a for _, a in rated)  # the simulator rated exactly the served probe answers
+    assert "sk-test-secret" not in r.stdout + r.stderr + (run_dir / "serve.log").read_text()

@@ -14,6 +14,11 @@ For each (method, persona, seed), ``run`` starts the real server (``openclaw-rl 
   of every held-out task as a side turn (``X-Turn-Type: side``: never judged or trained on) at
   temperature 0 and score the answers with ``persona.score``. One row per probe.
 
+The persona is scripted (``personas.py``: deterministic checks, corrections and partial-credit
+scores) unless ``--simulator-url`` names an OpenAI-compatible endpoint, which then plays it
+(``llm_persona.py``: its replies are the follow-ups, its ratings the probe scores). The server's
+judge stays ``heuristic`` unless ``--serve-args`` picks another (``--judge openai ...``).
+
 A request that fails (HTTP 5xx, connection error, timeout) is retried a few times; failures are
 counted in ``failed_requests`` and never abort the run (a failed training session is abandoned,
 a failed probe question is left out of ``probe_n``).
@@ -27,59 +32,31 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
+import os
 import shlex
 import shutil
 import statistics
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from slime_ext.launch import ServerProcess
+from slime_ext.simulate.client import ChatClient
+from slime_ext.simulate.llm_persona import LLMPersona
 from slime_ext.simulate.personas import Persona, get_persona
 from slime_ext.simulate.tasks import Task, grading_tasks, math_tasks
 
 COLUMNS = ["method", "persona", "seed", "sessions", "interactions", "policy_version", "score_mean", "score_std",
            "probe_n", "wall_s", "failed_requests"]
 TARGET = 0.8  # the score whose first crossing the Markdown table reports
-RETRIES = 3
 
 
-def tasks_for(persona: Persona, split: str, n: int, seed: int) -> list[Task]:
+def tasks_for(persona: Persona | LLMPersona, split: str, n: int, seed: int) -> list[Task]:
     return (math_tasks if persona.task_kind == "math" else grading_tasks)(split, n, seed)
-
-
-class Client:
-    """Chat completions over HTTP with retries; counts requests that failed."""
-
-    def __init__(self, url: str, max_tokens: int, timeout_s: float = 300.0):
-        self.url = url.rstrip("/") + "/chat/completions"
-        self.max_tokens = max_tokens
-        self.timeout_s = timeout_s
-        self.failed = 0
-
-    def chat(self, messages: list[dict], headers: dict[str, str], **sampling: Any) -> str | None:
-        body = json.dumps({"model": "m", "messages": messages, "max_tokens": self.max_tokens, **sampling}).encode()
-        for attempt in range(RETRIES + 1):
-            req = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json", **headers})
-            try:
-                with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
-                    return json.loads(r.read())["choices"][0]["message"]["content"] or ""
-            except urllib.error.HTTPError as e:
-                if e.code < 500:
-                    raise RuntimeError(f"request refused: HTTP {e.code}: {e.read()[:300]!r}") from None
-            except (OSError, TimeoutError, ValueError, KeyError):  # URLError, reset, timeout, bad JSON
-                pass
-            self.failed += 1
-            if attempt < RETRIES:
-                time.sleep(0.5 * 2 ** attempt)
-        return None
 
 
 def wait_idle(srv: ServerProcess, batch_size: int, timeout_s: float = 300.0, steady_s: float = 1.0) -> dict[str, Any]:
@@ -132,12 +109,15 @@ class Progress:
 
 def run(method: str, persona: str, seed: int, *, model: str = "tiny", sessions: int = 32, probe_every: int = 8,
         heldout: int = 16, rounds: int = 2, max_tokens: int = 96, out_dir: str | Path = "results",
-        extra_serve_args: list[str] | None = None, batch_size: int = 4,
+        extra_serve_args: list[str] | None = None, batch_size: int = 4, simulator: ChatClient | None = None,
         progress: Callable[[int, float | None], None] | None = None) -> list[dict[str, Any]]:
     """One (method, persona, seed) run; returns one row (``COLUMNS``) per probe.
 
-    The run directory ``<out_dir>/runs/<method>-<persona>-s<seed>`` is started afresh."""
-    p = get_persona(persona)
+    ``simulator``: an OpenAI-compatible endpoint that plays the persona (``LLMPersona``); without
+    it the scripted persona plays. The run directory ``<out_dir>/runs/<method>-<persona>-s<seed>``
+    is started afresh."""
+    p: Persona | LLMPersona = LLMPersona(persona, simulator) if simulator else get_persona(persona)
+    sim_failed0 = simulator.failed if simulator else 0
     train = tasks_for(p, "train", sessions, seed)
     probe_tasks = tasks_for(p, "heldout", heldout, 0)  # fixed across seeds and methods
     run_dir = Path(out_dir) / "runs" / f"{method}-{persona}-s{seed}"
@@ -150,7 +130,10 @@ def run(method: str, persona: str, seed: int, *, model: str = "tiny", sessions: 
     rows: list[dict[str, Any]] = []
     srv = ServerProcess(run_dir, model, args, log_path=run_dir / "serve.log")
     with srv:
-        client = Client(srv.url, max_tokens)
+        client = ChatClient(srv.url, max_tokens=max_tokens)
+
+        def failed() -> int:
+            return client.failed + (simulator.failed - sim_failed0 if simulator else 0)
         interactions = 0
 
         def probe(done: int) -> None:
@@ -159,15 +142,16 @@ def run(method: str, persona: str, seed: int, *, model: str = "tiny", sessions: 
             for i, task in enumerate(probe_tasks):
                 headers = {"X-Session-Id": f"probe-{done}-{i}-{uuid.uuid4().hex[:8]}", "X-Turn-Type": "side"}
                 text = client.chat([{"role": "user", "content": p.first_message(task)}], headers, temperature=0.0)
-                if text is not None:
-                    scores.append(p.score(task, text))
+                score = p.score(task, text) if text is not None else None
+                if score is not None:
+                    scores.append(score)
             mean = statistics.fmean(scores) if scores else float("nan")
             rows.append({"method": method, "persona": persona, "seed": seed, "sessions": done,
                          "interactions": interactions, "policy_version": health.get("policy_version"),
                          "score_mean": round(mean, 4),
                          "score_std": round(statistics.pstdev(scores), 4) if scores else float("nan"),
                          "probe_n": len(scores), "wall_s": round(time.time() - t0, 2),
-                         "failed_requests": client.failed})
+                         "failed_requests": failed()})
             if progress:
                 progress(done, mean)
 
@@ -181,7 +165,10 @@ def run(method: str, persona: str, seed: int, *, model: str = "tiny", sessions: 
                 thanked = r > 0 and messages[-1]["content"] == p.thanks  # the thanks judged the last answer
                 if answer is None or r == rounds or thanked:
                     break
-                messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": p.reply(task, answer)}]
+                follow_up = p.reply(task, answer)
+                if follow_up is None:  # the simulator failed: abandon the session
+                    break
+                messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": follow_up}]
             if progress:
                 progress(s, None)
             if s % probe_every == 0 or s == sessions:
@@ -299,6 +286,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=4, help="the server's --batch-size (judged turns per step) [4]")
     p.add_argument("--lr", type=float, help="the server's --lr [the server's default]")
     p.add_argument("--lora-rank", type=int, help="the server's --lora-rank [the server's default]")
+    p.add_argument("--simulator-url", default="",
+                   help="an OpenAI-compatible base URL (e.g. http://host:8000/v1) whose model plays the persona "
+                   "and rates the probes; empty: the scripted persona [empty]")
+    p.add_argument("--simulator-model", default="default", help="the model name sent to --simulator-url [default]")
+    p.add_argument("--simulator-key-env", default="OPENCLAW_SIM_API_KEY",
+                   help="the environment variable holding the simulator's API key, if it needs one "
+                   "[OPENCLAW_SIM_API_KEY]")
+    p.add_argument("--simulator-max-tokens", type=int, default=64, help="max_tokens of simulator requests [64]")
     p.add_argument("--serve-args", default="", help="more `openclaw-rl serve` flags, one shell-quoted string")
     p.add_argument("--out", default="experiments/personalization/results",
                    help="output folder: results.csv, results.md, results.png, runs/ [experiments/personalization/results]")
@@ -318,6 +313,10 @@ def cmd_personalization(args: argparse.Namespace) -> int:
         extra += ["--lr", str(args.lr)]
     if args.lora_rank is not None:
         extra += ["--lora-rank", str(args.lora_rank)]
+    simulator = None
+    if args.simulator_url:
+        simulator = ChatClient(args.simulator_url, model=args.simulator_model, max_tokens=args.simulator_max_tokens,
+                               api_key=os.environ.get(args.simulator_key_env) or None)
     rows: list[dict[str, Any]] = []
     out = Path(args.out)
     for method in methods:
@@ -328,7 +327,7 @@ def cmd_personalization(args: argparse.Namespace) -> int:
                 rows += run(method, persona, seed, model=args.model, sessions=args.sessions,
                             probe_every=args.probe_every, heldout=args.heldout, rounds=args.rounds,
                             max_tokens=args.max_tokens, out_dir=out, extra_serve_args=extra,
-                            batch_size=args.batch_size, progress=lambda d, s, bar=bar: bar.update(d, s))
+                            batch_size=args.batch_size, simulator=simulator, progress=lambda d, s, bar=bar: bar.update(d, s))
                 bar.update(final=True)
                 write_outputs(rows, out)  # partial results survive an interrupted experiment
     paths = write_outputs(rows, out)
