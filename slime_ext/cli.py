@@ -4,6 +4,7 @@
   openclaw-rl records  --run-dir DIR [--json]                       print what was recorded
   openclaw-rl models                                                list / prepare built-in models
   openclaw-rl experiment personalization [--methods ...] [--out DIR]  learning curves on simulated users
+  openclaw-rl experiment report CSV [CSV ...] --out DIR                merge results into one table and plot
 """
 
 from __future__ import annotations
@@ -177,6 +178,12 @@ def _add_experiment_parser(sub) -> None:
                                      "results.csv, results.md and results.png under --out; progress on stderr.")
     experiment.add_arguments(e)
     e.set_defaults(fn=experiment.cmd_personalization)
+    r = kinds.add_parser("report", help="merge results.csv files into one CSV, table and plot",
+                         description="Read the results.csv of earlier runs (for example one run per seed) and "
+                                     "write the merged results.csv, results.md and results.png under --out.")
+    r.add_argument("csv", nargs="+", help="results.csv files to merge")
+    r.add_argument("--out", required=True, help="output folder")
+    r.set_defaults(fn=experiment.cmd_report)
 
 
 def main(argv: list[str] | None = None) -> int:

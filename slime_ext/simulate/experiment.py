@@ -334,3 +334,21 @@ def cmd_personalization(args: argparse.Namespace) -> int:
     print(paths["md"].read_text(), end="")
     print(f"wrote {paths['csv']}, {paths['md']}, {paths['png']}", file=sys.stderr)
     return 0
+
+
+def read_csv(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a ``results.csv``; refuses a file without the ``COLUMNS``."""
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: not a results.csv, missing columns {missing}")
+        return list(reader)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    rows = [row for path in args.csv for row in read_csv(path)]
+    paths = write_outputs(rows, args.out)
+    print(paths["md"].read_text(), end="")
+    print(f"wrote {paths['csv']}, {paths['md']}, {paths['png']}", file=sys.stderr)
+    return 0
