@@ -24,6 +24,7 @@ BENCHMARKS = {
     "learning_latency": [],
     "opd_overhead": [],
     "topk_loss": [],
+    "sandbox_overhead": [],
 }
 
 QUICK = {
@@ -32,6 +33,7 @@ QUICK = {
     "learning_latency": ["--quick"],
     "opd_overhead": ["--quick"],
     "topk_loss": ["--quick"],
+    "sandbox_overhead": ["--n", "10"],
 }
 
 

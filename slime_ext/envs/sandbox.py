@@ -1,0 +1,471 @@
+"""An OS-isolated sandbox for the commands of agent environments (terminal, tool-call, SWE).
+
+Two modes (``isolation_status()`` says which one works here, and why):
+
+- ``"namespaces"``: every run gets new user, mount, pid, network, IPC and UTS namespaces. The
+  command sees a read-only root holding only ``/usr``, ``/bin``, ``/lib*``, a minimal ``/etc``, the
+  Python installation (``sys.base_prefix``) and ``extra_ro_paths``; the workspace read-write at
+  ``/workspace`` (its cwd and $HOME); a private ``/tmp`` (tmpfs); a ``/proc`` of its own pid
+  namespace; ``/dev`` with null, zero, full, random and urandom. The only network interface is a
+  down loopback. It runs with no capabilities. When the command exits, everything it started is
+  killed (its pid namespace ends).
+- ``"rlimits"``: the fallback when namespaces do not work: the same limits and scrubbed environment,
+  cwd = workspace, the process group killed at the end; no filesystem or network isolation.
+
+In both modes a parent that is the host's root runs the sandbox as uid/gid 65534, because the kernel
+does not enforce RLIMIT_NPROC for root; the workspace is handed to that uid (``Sandbox.adopt``).
+See docs/sandbox.md.
+
+Each run starts a helper process (``sandbox_child.py``, run as a script with few imports to keep
+its start-up short). It builds the namespaces and the new root, applies the limits and execs the
+command; a set-up failure is reported on a pipe that closes when the command is exec'd (as
+subprocess does), so ``run`` raises ``SandboxError`` for a broken sandbox and returns a
+``RunResult`` for anything the command did.
+"""
+
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import marshal
+import math
+import os
+import resource
+import select
+import selectors
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from slime_ext.envs import sandbox_child
+
+MODES = ("namespaces", "rlimits")
+SANDBOX_ID = 65534  # uid and gid a host-root parent runs sandboxes as (nobody / nogroup)
+INSIDE_WORKSPACE = "/workspace"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+ETC_ENTRIES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "nsswitch.conf", "localtime",
+               "os-release", "protocols", "services")
+DEV_NODES = ("null", "zero", "full", "random", "urandom")
+RESERVED_INSIDE = ("/proc", "/dev", INSIDE_WORKSPACE)  # extra_ro_paths may not go there
+OUTPUT_KILL_FACTOR = 4  # a stream past 4x the output cap: stop reading and kill the run
+
+
+class SandboxError(RuntimeError):
+    """The sandbox could not be set up; not an error of the command run inside it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxLimits:
+    """Per-run limits; every value must be > 0.
+
+    cpu_s: RLIMIT_CPU (SIGXCPU, then SIGKILL a second later); memory_mb: RLIMIT_AS, address space per
+    process; max_procs: processes and threads of the run (RLIMIT_NPROC); file_size_mb: RLIMIT_FSIZE;
+    open_files: RLIMIT_NOFILE; wall_s: wall clock of the whole run, enforced by the parent;
+    output_bytes: kept of stdout and of stderr, each; tmp_mb: size of the private /tmp (namespace mode).
+    """
+
+    cpu_s: int = 10
+    memory_mb: int = 1024
+    max_procs: int = 64
+    file_size_mb: int = 64
+    open_files: int = 256
+    wall_s: float = 30
+    output_bytes: int = 64 * 1024
+    tmp_mb: int = 256
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"SandboxLimits.{field.name} must be a number > 0, got {value!r}")
+
+
+DEFAULT_LIMITS = SandboxLimits()
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What a command did. exit_code is None when a signal killed it (then `signal` is set);
+    timed_out: the wall-clock limit killed it; truncated: stdout or stderr went past the cap (the first
+    output_bytes of each are kept; far past it, the run is killed)."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+    truncated: bool
+    signal: int | None
+    wall_s: float
+
+
+# ----------------------------------------------------------------------------- pure helpers
+def command_argv(command: str | Sequence[str]) -> list[str]:
+    """A str runs through ``/bin/sh -c``; a sequence is the argv itself."""
+    if isinstance(command, str):
+        return ["/bin/sh", "-c", command]
+    argv = [str(a) for a in command]
+    if not argv:
+        raise ValueError("empty command")
+    return argv
+
+
+def sandbox_env(home: str, tmpdir: str, path: str = DEFAULT_PATH, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The command's whole environment: PATH, HOME, LANG, TMPDIR and the explicit `extra`; nothing inherited."""
+    env = {"PATH": path, "HOME": home, "LANG": "C.UTF-8", "TMPDIR": tmpdir}
+    for key, value in (extra or {}).items():
+        if not isinstance(key, str) or not isinstance(value, str) or not key or "=" in key or "\0" in key + value:
+            raise ValueError(f"bad environment entry {key!r}={value!r}")
+        env[key] = value
+    return env
+
+
+def rlimit_table(limits: SandboxLimits, nproc: int) -> list[tuple[int, int, int]]:
+    """(resource, soft, hard) for setrlimit; the CPU hard limit is one second past the soft one."""
+    mib = 1024 * 1024
+    cpu = math.ceil(limits.cpu_s)
+    return [
+        (resource.RLIMIT_CPU, cpu, cpu + 1),
+        (resource.RLIMIT_AS, limits.memory_mb * mib, limits.memory_mb * mib),
+        (resource.RLIMIT_NPROC, nproc, nproc),
+        (resource.RLIMIT_FSIZE, limits.file_size_mb * mib, limits.file_size_mb * mib),
+        (resource.RLIMIT_NOFILE, limits.open_files, limits.open_files),
+        (resource.RLIMIT_CORE, 0, 0),
+    ]
+
+
+def python_ro_paths() -> list[str]:
+    """This Python's installation, exposed read-only so that ``python3`` works inside (none if under /usr)."""
+    prefix = os.path.realpath(sys.base_prefix)
+    return [] if _under_any(prefix, SYSTEM_DIRS) else [prefix]
+
+
+def inside_path(ro_paths: Sequence[str]) -> str:
+    """PATH inside: an exposed Python's bin first (``python3`` is this interpreter), then the system's."""
+    bins = [p + "/bin" for p in python_ro_paths() if _under_any(p, ro_paths)]
+    return ":".join([*bins, DEFAULT_PATH])
+
+
+def mount_plan(workspace: str, ro_paths: Sequence[str] = (), tmp_mb: int = 256) -> list[tuple[str, str, str]]:
+    """The new root as (kind, argument, path inside) steps, applied in order on an empty tmpfs.
+
+    Kinds: dir, file (argument: content), symlink (argument: target), tmpfs (argument: options),
+    ro / rw / dev (argument: the host path bind-mounted), remount-ro. The host paths are the system dirs
+    that exist here, a few /etc entries, the /dev nodes, `ro_paths` (each at its own path) and the
+    workspace (at /workspace); nothing else of the host is in the tree.
+    """
+    plan = [("dir", "", "/proc"), ("tmpfs", f"size={tmp_mb}m,mode=1777", "/tmp"),
+            ("tmpfs", "size=64k,mode=0755", "/dev")]
+    plan += [("dev", f"/dev/{n}", f"/dev/{n}") for n in DEV_NODES if os.path.exists(f"/dev/{n}")]
+    plan += [("symlink", "/proc/self/fd", "/dev/fd"), ("symlink", "/tmp", "/dev/shm")]
+    plan += [("symlink", f"/proc/self/fd/{i}", f"/dev/{n}") for i, n in enumerate(("stdin", "stdout", "stderr"))]
+    plan += [("remount-ro", "", "/dev")]
+    plan += [("file", text, f"/etc/{name}") for name, text in _etc_files().items()]
+    plan += [_expose(f"/etc/{n}") for n in ETC_ENTRIES if os.path.lexists(f"/etc/{n}")]
+    plan += [_expose(d) for d in SYSTEM_DIRS if os.path.lexists(d)]
+    plan += [("ro", os.path.realpath(p), p) for p in _outermost(ro_paths) if not _under_any(p, SYSTEM_DIRS)]
+    plan += [("rw", workspace, INSIDE_WORKSPACE), ("remount-ro", "", "/")]
+    return plan
+
+
+def _expose(path: str) -> tuple[str, str, str]:
+    """A host entry at its own path: a symlink stays a symlink (/bin -> usr/bin), anything else is bound read-only."""
+    return ("symlink", os.readlink(path), path) if os.path.islink(path) else ("ro", path, path)
+
+
+def _etc_files() -> dict[str, str]:
+    return {"passwd": f"root:x:0:0:sandbox:{INSIDE_WORKSPACE}:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
+            "group": "root:x:0:\nnogroup:x:65534:\n", "hostname": "sandbox\n",
+            "hosts": "127.0.0.1 localhost sandbox\n::1 localhost\n"}
+
+
+def _under_any(path: str, roots: Sequence[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _outermost(paths: Sequence[str]) -> list[str]:
+    """Sorted unique paths, without those inside another one."""
+    kept: list[str] = []
+    for p in sorted(set(paths)):
+        if not _under_any(p, kept):
+            kept.append(p)
+    return kept
+
+
+def is_host_root(uid_map: str | None = None) -> bool:
+    """Whether this process is the host's root (euid 0 mapped to uid 0 of the initial user namespace), for which
+    the kernel does not enforce RLIMIT_NPROC. Root inside a user namespace (a rootless container) is not."""
+    if os.geteuid() != 0:
+        return False
+    if uid_map is None:
+        try:
+            uid_map = Path("/proc/self/uid_map").read_text()
+        except OSError:
+            return True
+    return any(line.split()[:2] == ["0", "0"] for line in uid_map.splitlines())
+
+
+# ----------------------------------------------------------------------------- isolation mode, workspaces
+@functools.lru_cache(maxsize=1)
+def isolation_status() -> tuple[str, str]:
+    """(mode, why): "namespaces" if a user+mount+pid+net namespace sandbox runs a command here, else "rlimits".
+
+    Probed once per process (a real sandboxed ``/bin/sh -c 'exit 0'``) and cached.
+    """
+    if not sys.platform.startswith("linux"):
+        return "rlimits", f"namespaces need Linux; this is {sys.platform}"
+    try:
+        with fresh_workspace("sandbox-probe-") as ws:
+            res = Sandbox(ws, SandboxLimits(wall_s=20), mode="namespaces").run(["/bin/sh", "-c", "exit 0"])
+    except (SandboxError, OSError) as exc:
+        hint = " (user namespaces disabled? see docs/sandbox.md)" if "unshare" in str(exc) else ""
+        return "rlimits", f"{exc}{hint}"
+    if res.exit_code != 0:
+        return "rlimits", f"namespace probe failed (exit {res.exit_code}, signal {res.signal}): {res.stderr.strip()[:300]}"
+    who = f"as uid {SANDBOX_ID} (the parent is root)" if is_host_root() else f"as uid {os.geteuid()}"
+    return "namespaces", f"user, mount, pid, net, ipc and uts namespaces work {who}"
+
+
+def isolation_mode() -> str:
+    """"namespaces" or "rlimits"; isolation_status() says why."""
+    return isolation_status()[0]
+
+
+@contextlib.contextmanager
+def fresh_workspace(prefix: str = "sandbox-") -> Iterator[Path]:
+    """A new empty temporary directory, removed with everything in it on exit."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        _remove_tree(path)
+
+
+def _remove_tree(path: Path) -> None:
+    """rm -rf, also of directories a command made unreadable or read-only (root needs no help with those)."""
+    if not path.exists():
+        return
+    if os.geteuid() != 0:
+        os.chmod(path, 0o700)
+        for _root, dirs, _files, root_fd in os.fwalk(path):  # top-down: fixed before it descends
+            for name in dirs:  # `dirs` also lists symlinks to directories: never chmod through one
+                if stat.S_ISDIR(os.stat(name, dir_fd=root_fd, follow_symlinks=False).st_mode):
+                    os.chmod(name, 0o700, dir_fd=root_fd)
+    shutil.rmtree(path)
+
+
+# ----------------------------------------------------------------------------- the sandbox
+class Sandbox:
+    """Runs commands in `workspace` under OS isolation (see the module docstring).
+
+    workspace: a host directory, read-write inside (at /workspace in namespace mode); mode: "namespaces",
+    "rlimits" or None for isolation_mode(); extra_ro_paths: host paths made visible read-only at the same
+    path inside (namespace mode; in rlimits mode everything readable by the sandbox's uid is visible).
+    """
+
+    def __init__(self, workspace: Path | str, limits: SandboxLimits = DEFAULT_LIMITS, mode: str | None = None,
+                 extra_ro_paths: Sequence[Path | str] = ()) -> None:
+        self.workspace = Path(workspace).resolve()
+        if not self.workspace.is_dir():
+            raise ValueError(f"workspace {self.workspace} is not a directory")
+        self.limits = limits
+        self.mode = mode or isolation_mode()
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        extra = [os.path.abspath(p) for p in extra_ro_paths]
+        for p in extra:
+            if not os.path.exists(p):
+                raise ValueError(f"extra_ro_paths: {p} does not exist")
+            if p == "/" or _under_any(p, RESERVED_INSIDE):
+                raise ValueError(f"extra_ro_paths: {p} would cover / or one of {RESERVED_INSIDE}")
+        self.ro_paths = _outermost([*python_ro_paths(), *extra])
+        self.ids = (SANDBOX_ID, SANDBOX_ID) if is_host_root() else None
+        self.plan = mount_plan(str(self.workspace), self.ro_paths, limits.tmp_mb) if self.mode == "namespaces" else []
+        if self.mode == "rlimits":
+            (self.workspace / ".tmp").mkdir(exist_ok=True)  # TMPDIR: there is no private /tmp in this mode
+        self.adopt()
+
+    def adopt(self, path: Path | str | None = None) -> None:
+        """Make `path` (default: the whole workspace) the sandbox's: chown -R to 65534 when the parent is the
+        host's root, nothing otherwise. Call it for files the parent puts in the workspace after creating the Sandbox."""
+        if self.ids is None:
+            return
+        top = Path(path) if path is not None else self.workspace
+        os.chown(top, *self.ids, follow_symlinks=False)
+        for root, dirs, files in os.walk(top):
+            for name in dirs + files:
+                os.chown(os.path.join(root, name), *self.ids, follow_symlinks=False)
+
+    def run(self, command: str | Sequence[str], *, stdin: str | None = None, env: dict[str, str] | None = None,
+            timeout_s: float | None = None) -> RunResult:
+        """Run `command` until it exits or a limit stops it; a str runs through ``/bin/sh -c``.
+
+        The environment is PATH, HOME, LANG, TMPDIR and `env`; `timeout_s` overrides limits.wall_s. When the
+        command exits, whatever it started is killed. Raises SandboxError only when the sandbox cannot be set up.
+        """
+        wall = self.limits.wall_s if timeout_s is None else timeout_s
+        if not wall > 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+        spec = self._spec(command_argv(command), env)
+        start = time.monotonic()
+        proc, report_r = _start_helper(spec)
+        with proc:
+            try:
+                data = stdin.encode() if stdin is not None else None
+                out, err, truncated, timed_out = _collect(proc, report_r, data, self.limits.output_bytes,
+                                                          start + wall)
+            finally:
+                os.close(report_r)
+                _kill_group(proc.pid)  # what is left of the run (the leader is not reaped yet: the pgid is still ours)
+                proc.wait()
+        rc = proc.returncode
+        return RunResult(exit_code=rc if rc >= 0 else None, stdout=out.decode(errors="replace"),
+                         stderr=err.decode(errors="replace"), timed_out=timed_out, truncated=truncated,
+                         signal=-rc if rc < 0 else None, wall_s=time.monotonic() - start)
+
+    def _spec(self, argv: list[str], env: dict[str, str] | None) -> dict:
+        """What the helper process needs, as plain data (sent with marshal)."""
+        path = inside_path(self.ro_paths)
+        if self.mode == "rlimits":
+            return {"mode": self.mode, "argv": argv, "ids": self.ids, "cwd": str(self.workspace),
+                    "limits": rlimit_table(self.limits, self.limits.max_procs),
+                    "env": sandbox_env(str(self.workspace), str(self.workspace / ".tmp"), path, env)}
+        # the run's helper and its init are counted with the command's processes: allow for them
+        return {"mode": self.mode, "argv": argv, "ids": self.ids, "cwd": INSIDE_WORKSPACE, "hostname": "sandbox",
+                "limits": rlimit_table(self.limits, self.limits.max_procs + 2), "plan": self.plan,
+                "env": sandbox_env(INSIDE_WORKSPACE, "/tmp", path, env)}
+
+
+# ----------------------------------------------------------------------------- the parent's side of a run
+def _start_helper(spec: dict) -> tuple[subprocess.Popen, int]:
+    """Start the helper (sandbox_child.py as a script, in a new session), send it `spec`; return it and the report pipe."""
+    if not sys.executable:
+        raise SandboxError("sys.executable is unknown: cannot start the sandbox helper")
+    spec_r, spec_w = os.pipe()
+    report_r, report_w = os.pipe()
+    try:
+        proc = subprocess.Popen([sys.executable, "-I", "-S", sandbox_child.__file__, str(spec_r), str(report_w)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                pass_fds=(spec_r, report_w), env={}, cwd="/", start_new_session=True)
+    except BaseException:
+        os.close(spec_w)
+        os.close(report_r)
+        raise
+    finally:
+        os.close(spec_r)
+        os.close(report_w)
+    with contextlib.suppress(BrokenPipeError), open(spec_w, "wb") as f:  # a helper that died says why on the report pipe
+        f.write(marshal.dumps(spec))
+    return proc, report_r
+
+
+def _collect(proc: subprocess.Popen, report_r: int, stdin: bytes | None, cap: int,
+             deadline: float) -> tuple[bytes, bytes, bool, bool]:
+    """(stdout, stderr, truncated, timed_out) of a started run; raises SandboxError if its set-up failed.
+    The caller then kills what is left of the run (at once after a flood of output or a timeout)."""
+    problem, late = _await_exec(report_r, deadline)
+    if problem:
+        raise SandboxError(problem)
+    if late:
+        return b"", b"", False, True
+    out, err, truncated, stop = _communicate(proc, stdin, cap, deadline)
+    timed_out = stop == "timeout" or (stop is None and not _wait_exited(proc.pid, deadline))
+    return out, err, truncated, timed_out
+
+
+def _await_exec(report_r: int, deadline: float) -> tuple[str, bool]:
+    """Wait until the command is exec'd (the report pipe closes). Returns (set-up failure or "", past deadline)."""
+    chunks = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return "", True
+        if select.select([report_r], [], [], left)[0]:
+            data = os.read(report_r, 65536)
+            if not data:
+                return b"".join(chunks).decode(errors="replace"), False
+            chunks.append(data)
+
+
+def _communicate(proc: subprocess.Popen, stdin: bytes | None, cap: int,
+                 deadline: float) -> tuple[bytes, bytes, bool, str | None]:
+    """Feed stdin and read stdout and stderr concurrently until both close, keeping `cap` bytes of each.
+
+    Returns (stdout, stderr, truncated, stop): stop is "flood" past OUTPUT_KILL_FACTOR x cap on either stream,
+    "timeout" past the deadline, None when both streams closed. Once the helper has exited, the rest of its
+    process group is killed, so that a background process holding a pipe cannot stall the run (rlimits mode).
+    """
+    kept = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+    seen = dict.fromkeys(kept, 0)
+    pending = memoryview(stdin or b"")
+    stop = None
+    with selectors.DefaultSelector() as sel:
+        for stream in kept:
+            sel.register(stream, selectors.EVENT_READ)
+        if pending:
+            os.set_blocking(proc.stdin.fileno(), False)
+            sel.register(proc.stdin, selectors.EVENT_WRITE)
+        else:
+            proc.stdin.close()
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                stop = "timeout"
+                break
+            events = sel.select(min(left, 0.1))
+            if not events and _exited(proc.pid):
+                _kill_group(proc.pid)
+            for key, _ in events:
+                stream = key.fileobj
+                if stream is proc.stdin:
+                    try:
+                        pending = pending[os.write(stream.fileno(), pending[:select.PIPE_BUF]):]
+                    except BrokenPipeError:  # the command does not read its stdin
+                        pending = pending[:0]
+                    if not pending:
+                        sel.unregister(stream)
+                        stream.close()
+                    continue
+                data = os.read(stream.fileno(), 65536)
+                if not data:
+                    sel.unregister(stream)
+                    continue
+                seen[stream] += len(data)
+                kept[stream] += data[: max(0, cap - len(kept[stream]))]
+            if max(seen.values()) > OUTPUT_KILL_FACTOR * cap:
+                stop = "flood"
+                break
+    truncated = max(seen.values()) > cap
+    return bytes(kept[proc.stdout]), bytes(kept[proc.stderr]), truncated, stop
+
+
+def _exited(pid: int) -> bool:
+    """Whether our child `pid` has exited, without reaping it."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _wait_exited(pid: int, deadline: float) -> bool:
+    """Wait (without reaping) until `pid` exits or the deadline passes; True if it exited."""
+    pause = 0.001
+    while not _exited(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+    return True
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
