@@ -5,6 +5,8 @@
   openclaw-rl models                                                list / prepare built-in models
   openclaw-rl experiment personalization [--methods ...] [--out DIR]  learning curves on simulated users
   openclaw-rl experiment report CSV [CSV ...] --out DIR                merge results into one table and plot
+  openclaw-rl env list --setting S [--split train|heldout]           agent-environment task ids
+  openclaw-rl env play --setting S --task ID < actions               play a task by hand; ends with `reward: R`
 """
 
 from __future__ import annotations
@@ -162,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prepare", action="store_true", help="convert / build every built-in model now")
     p.set_defaults(fn=cmd_models)
     _add_experiment_parser(sub)
+    from slime_ext.envs.cli import add_env_parser
+
+    add_env_parser(sub)
     return parser
 
 
@@ -195,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `openclaw-rl ... | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

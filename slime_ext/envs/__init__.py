@@ -1,5 +1,18 @@
-"""Agent environments: the OS-isolated sandbox their commands run in."""
+"""Agent environments: the OS-isolated sandbox their commands run in, the `Env` protocol and task registry
+(base.py), and the settings. Importing this package registers the built-in settings (terminal)."""
 
+from slime_ext.envs.base import (
+    Env,
+    EnvTask,
+    StepResult,
+    fraction_to_reward,
+    get_task,
+    known_settings,
+    list_tasks,
+    make_env,
+    play_episode,
+    register_setting,
+)
 from slime_ext.envs.sandbox import (
     RunResult,
     Sandbox,
@@ -9,5 +22,8 @@ from slime_ext.envs.sandbox import (
     isolation_mode,
     isolation_status,
 )
+from slime_ext.envs.terminal import TerminalEnv
 
-__all__ = ["RunResult", "Sandbox", "SandboxError", "SandboxLimits", "fresh_workspace", "isolation_mode", "isolation_status"]
+__all__ = ["Env", "EnvTask", "RunResult", "Sandbox", "SandboxError", "SandboxLimits", "StepResult", "TerminalEnv",
+           "fraction_to_reward", "fresh_workspace", "get_task", "isolation_mode", "isolation_status", "known_settings",
+           "list_tasks", "make_env", "play_episode", "register_setting"]
