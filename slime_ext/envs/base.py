@@ -22,6 +22,8 @@ Invariants every setting keeps:
 - ``outcome`` is the final reward, from the task's automatic check only (never from the model's own claims),
   and it lies in [-1, 1]: ``fraction_to_reward(checks passed, checks)``. Calling it ends the episode.
 - ``next_state_text`` is what a step-wise judge sees as the next state after a step.
+- ``tools`` and ``observation_role`` say how the agent loop renders the conversation: the tool schemas offered
+  to the model, and whether an observation is a ``"user"`` message or a ``"tool"`` result.
 - every ``make_env_fn`` accepts the keyword ``max_turns``; ``close`` releases what the episode holds and may be
   called more than once; envs are context managers.
 """
@@ -77,6 +79,8 @@ class Env(Protocol):
     """An agent environment: one episode at a time (see the module docstring for the invariants)."""
 
     setting: str
+    tools: list[dict]  # OpenAI-style tool schemas the model is offered (rendered by its chat template); [] for none
+    observation_role: str  # the chat role observations are sent as: "user", or "tool" (a tool result)
 
     def reset(self, task: EnvTask) -> str:
         """Start an episode of `task`; return the first user message (instruction + action format)."""

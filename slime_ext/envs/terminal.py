@@ -320,6 +320,8 @@ class TerminalEnv:
     """
 
     setting = SETTING
+    tools: list[dict] = []  # actions are shell blocks in the message text, not tool calls
+    observation_role = "user"
 
     def __init__(self, max_turns: int = 8, command_timeout_s: float = 10.0, max_output_chars: int = 4000,
                  mode: str | None = None) -> None:
