@@ -42,7 +42,8 @@ class PromptRenderer:
         template = tokenizer.chat_template or ""
         self.native_tools = "tools" in template and "tool_call" in template
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tool_choice: Any = "auto") -> list[int]:
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tool_choice: Any = "auto",
+               add_generation_prompt: bool = True) -> list[int]:
         use_tools = bool(tools) and tool_choice != "none"
         if self.native_tools:
             msgs = [self._native(m) for m in messages]
@@ -54,7 +55,8 @@ class PromptRenderer:
             name = tool_choice["function"]["name"] if isinstance(tool_choice, dict) else None
             must = f"You must call the function {name}." if name else "You must call at least one function."
             msgs = _append_to_system(msgs, must)
-        ids = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=False, **extra)
+        ids = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=add_generation_prompt, tokenize=True,
+                                                 return_dict=False, **extra)
         return list(ids)
 
     @staticmethod

@@ -1,0 +1,215 @@
+"""The multi-turn agent loop: a model acts in an ``Env`` through an ``Engine``, token in, token out.
+
+One episode is one growing token sequence: the rendered first message (the prompt), then per step the
+model's sampled tokens (trainable: loss mask 1, with the log-probs the engine recorded) followed by the
+observation's tokens (not trainable: loss mask 0, log-prob 0.0). The model's tokens are never decoded and
+re-tokenized into the sequence: the text is decoded only to hand the action to the env. Observation tokens
+come from the model's own chat template (``ChatSegments``): the template's text that closes an assistant
+turn, then the observation message and the generation prompt for the next assistant turn.
+
+The episode ends when the env says done, after ``max_turns`` steps, or when the next step would not fit
+in ``context_budget`` tokens (then ``reason`` says so). Its reward is the env's outcome (the task's own
+check, in [-1, 1]), optionally combined with step-wise judge scores (``combine_rewards``).
+
+Episodes become Slime ``Sample``s: one per episode (``episode_sample``; the default) or one per step
+(``step_samples``: each step's model tokens as the response, everything before them as the prompt; the
+siblings share ``rollout_id``). ``run_episodes`` runs many concurrently with a bound; env steps run in
+threads so the engine keeps batching while a sandboxed command runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from slime_ext.engines.base import Engine, SamplingParams
+from slime_ext.envs.base import Env, EnvTask
+from slime_ext.types import Sample
+
+StepJudge = Callable[[str, str], Awaitable[float]]  # (action text, next-state text) -> score in [-1, 1]
+
+
+class ChatSegments:
+    """Token segments of the model's chat template around observations.
+
+    ``observation_ids(text, role, ended)`` are the tokens that follow the model's sampled tokens when
+    ``text`` comes back as a ``role`` message: the rest of the assistant turn's closing (``ended``: the
+    model sampled its end-of-turn token; otherwise the template's end token is added too), the
+    observation message, and the next assistant turn's generation prompt. Cut out of a rendered dummy
+    conversation, so it relies on the template rendering a conversation as the concatenation
+    of its messages (true of ChatML-style templates; checked, with a clear error otherwise)."""
+
+    def __init__(self, renderer: Any, tools: list[dict] | None = None):
+        self.renderer = renderer
+        self.tools = tools or []
+        self._closing_cache: tuple[list[int], int, list[int]] | None = None
+
+    def prompt_ids(self, first_message: str) -> list[int]:
+        return self.renderer.render([{"role": "user", "content": first_message}], self.tools)
+
+    def _render(self, extra: list[dict], add_generation_prompt: bool) -> list[int]:
+        base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+        return self.renderer.render(base + extra, self.tools, add_generation_prompt=add_generation_prompt)
+
+    def _closing(self) -> tuple[list[int], int, list[int]]:
+        """(the dummy conversation's tokens, its assistant turn's end token, the tokens after that end token)."""
+        if not self._closing_cache:
+            head = self._render([], add_generation_prompt=False)
+            stops = set(_stop_ids(self.renderer.tokenizer))
+            end = max((i for i, t in enumerate(head) if t in stops), default=None)
+            if end is None:
+                raise ValueError("the chat template closes an assistant turn without an end-of-turn token")
+            self._closing_cache = (head, head[end], head[end + 1:])
+        return self._closing_cache
+
+    def observation_ids(self, text: str, role: str, ended: bool) -> list[int]:
+        head, end_token, closing = self._closing()
+        full = self._render([{"role": role, "content": text}], add_generation_prompt=True)
+        if full[: len(head)] != head:
+            raise ValueError("this chat template does not render a conversation as the concatenation of its "
+                             "messages; the agent loop cannot place observation tokens after sampled ones")
+        return ([] if ended else [end_token]) + closing + full[len(head):]
+
+
+def _stop_ids(tokenizer: Any) -> tuple[int, ...]:
+    from slime_ext.api.prompt import stop_token_ids
+
+    return stop_token_ids(tokenizer)
+
+
+@dataclasses.dataclass
+class StepRecord:
+    action: str  # the model's decoded message
+    observation: str
+    next_state: str  # what a step-wise judge sees
+    start: int  # the step's model tokens are response[start:end]
+    end: int
+    info: dict[str, Any]
+    score: float | None = None  # the step-wise judge's score, when there is a judge
+
+
+@dataclasses.dataclass
+class Episode:
+    task: EnvTask
+    prompt_ids: list[int]
+    response_ids: list[int] = dataclasses.field(default_factory=list)  # model and observation tokens
+    loss_mask: list[int] = dataclasses.field(default_factory=list)
+    logprobs: list[float] = dataclasses.field(default_factory=list)
+    versions: list[int] = dataclasses.field(default_factory=list)  # policy version per model token
+    steps: list[StepRecord] = dataclasses.field(default_factory=list)
+    outcome: float = 0.0
+    reward: float = 0.0
+    reason: str = ""  # why it ended: the env's reason, "max_turns" or "context"
+    truncated: bool = False  # ended by the turn limit or the context budget rather than by the env
+
+
+def combine_rewards(outcome: float, step_scores: Sequence[float | None], step_weight: float) -> float:
+    """The episode reward: the outcome plus ``step_weight`` times the mean step-wise judge score, clipped to
+    [-1, 1]; steps without a score are left out, and with none (or weight 0) it is the outcome alone."""
+    scores = [s for s in step_scores if s is not None]
+    if not scores or step_weight == 0:
+        return outcome
+    return max(-1.0, min(1.0, outcome + step_weight * sum(scores) / len(scores)))
+
+
+async def run_episode(engine: Engine, tokenizer: Any, segments: ChatSegments, env: Env, task: EnvTask,
+                      sampling: SamplingParams, *, max_turns: int = 8, context_budget: int | None = None,
+                      judge: StepJudge | None = None, step_weight: float = 0.0) -> Episode:
+    """Play one episode of ``task`` in ``env`` (already built for the task's setting); see the module docstring."""
+    budget = context_budget or engine.context_length
+    stops = set(sampling.stop_token_ids)
+    first = await asyncio.to_thread(env.reset, task)
+    ep = Episode(task=task, prompt_ids=segments.prompt_ids(first))
+    try:
+        for _ in range(max_turns):
+            room = budget - len(ep.prompt_ids) - len(ep.response_ids)
+            if room <= 0:
+                ep.reason, ep.truncated = "context", True
+                break
+            params = dataclasses.replace(sampling, max_new_tokens=min(sampling.max_new_tokens, room))
+            start = len(ep.response_ids)
+            async for tok in engine.generate(ep.prompt_ids + ep.response_ids, params):
+                ep.response_ids.append(tok.token_id)
+                ep.logprobs.append(tok.logprob)
+                ep.versions.append(tok.policy_version)
+                ep.loss_mask.append(1)
+            new = ep.response_ids[start:]
+            ended = bool(new) and new[-1] in stops
+            action = tokenizer.decode(new[:-1] if ended else new, skip_special_tokens=True)
+            result = await asyncio.to_thread(env.step, action)
+            record = StepRecord(action, result.observation, env.next_state_text(result), start,
+                                len(ep.response_ids), dict(result.info))
+            if judge is not None:
+                record.score = await judge(action, record.next_state)
+            ep.steps.append(record)
+            if result.done:
+                ep.reason = str(result.info.get("reason", "done"))
+                ep.truncated = ep.reason == "max_turns"  # the env's own turn limit: cut short, like ours
+                break
+            obs = segments.observation_ids(result.observation, env.observation_role, ended)
+            if len(ep.prompt_ids) + len(ep.response_ids) + len(obs) >= budget:
+                ep.reason, ep.truncated = "context", True
+                break
+            ep.response_ids += obs
+            ep.loss_mask += [0] * len(obs)
+            ep.logprobs += [0.0] * len(obs)
+        else:
+            ep.reason, ep.truncated = "max_turns", True
+        ep.outcome = await asyncio.to_thread(env.outcome)
+    finally:
+        await asyncio.to_thread(env.close)
+    ep.reward = combine_rewards(ep.outcome, [s.score for s in ep.steps], step_weight)
+    return ep
+
+
+def episode_sample(ep: Episode, *, rollout_id: int | None = None) -> Sample:
+    """The whole episode as one Slime sample: observation tokens in the response with loss mask 0."""
+    sample = Sample(tokens=ep.prompt_ids + ep.response_ids, response_length=len(ep.response_ids),
+                    loss_mask=list(ep.loss_mask), rollout_log_probs=list(ep.logprobs), reward=ep.reward)
+    _fill(sample, ep, rollout_id)
+    sample.metadata.update(steps=len(ep.steps))
+    return sample
+
+
+def step_samples(ep: Episode, *, rollout_id: int | None = None) -> list[Sample]:
+    """One sample per step: the step's model tokens as the response (all trainable), the episode so far as
+    the prompt; each gets the episode reward plus the weighted step score, if any; siblings share rollout_id."""
+    out = []
+    for i, st in enumerate(ep.steps):
+        response = ep.response_ids[st.start:st.end]
+        sample = Sample(tokens=ep.prompt_ids + ep.response_ids[:st.end], response_length=len(response),
+                        loss_mask=[1] * len(response), rollout_log_probs=ep.logprobs[st.start:st.end],
+                        reward=ep.reward)
+        _fill(sample, ep, rollout_id)
+        sample.metadata.update(step=i, step_score=st.score)
+        out.append(sample)
+    return out
+
+
+def _fill(sample: Sample, ep: Episode, rollout_id: int | None) -> None:
+    sample.status = Sample.Status.TRUNCATED if ep.truncated else Sample.Status.COMPLETED
+    sample.rollout_id = rollout_id
+    sample.label = ep.task.id
+    sample.weight_versions = sorted({str(v) for v in ep.versions})
+    sample.metadata = {"setting": ep.task.setting, "task_id": ep.task.id, "outcome": ep.outcome,
+                       "reason": ep.reason}
+
+
+async def run_episodes(engine: Engine, tokenizer: Any, renderer: Any, make_env: Callable[[], Env],
+                       tasks: Sequence[EnvTask], sampling: SamplingParams, *, concurrency: int = 4,
+                       **episode_kw: Any) -> list[Episode]:
+    """Run one episode per task, at most ``concurrency`` at a time; results in task order."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    gate = asyncio.Semaphore(concurrency)
+    segments: dict[int, ChatSegments] = {}
+
+    async def one(task: EnvTask) -> Episode:
+        async with gate:
+            env = make_env()
+            seg = segments.setdefault(id(type(env)), ChatSegments(renderer, env.tools))
+            return await run_episode(engine, tokenizer, seg, env, task, sampling, **episode_kw)
+
+    return list(await asyncio.gather(*(one(t) for t in tasks)))
