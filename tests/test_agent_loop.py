@@ -11,7 +11,13 @@ from slime_ext.api.prompt import PromptRenderer, stop_token_ids
 from slime_ext.engines import SamplingParams
 from slime_ext.engines.local import LocalEngine
 from slime_ext.envs import get_task, make_env
-from slime_ext.envs.agent_loop import ChatSegments, combine_rewards, episode_sample, run_episodes, step_samples
+from slime_ext.envs.agent_loop import (
+    ChatSegments,
+    combine_rewards,
+    episode_sample,
+    run_episodes,
+    step_samples,
+)
 from slime_ext.models import resolve_model
 from slime_ext.models.builtin import TOOL_CHAT_TEMPLATE
 from slime_ext.trainers.step import train_step
