@@ -2,6 +2,8 @@
 
   openclaw-rl env list --setting S [--split train|heldout]      one line per task: id, split, category, instruction
   openclaw-rl env play --setting S --task ID [--max-turns N]    actions from stdin, observations and reward on stdout
+  openclaw-rl env eval --setting S [--split heldout] [--model M] the model's success rate on a split (JSON on stdout)
+  openclaw-rl env train --setting S --out DIR [--steps N] ...   agent RL on this machine (see envs/recipe.py)
 
 ``env play`` reads the agent's messages from stdin, in the same text format the model emits. Messages are
 separated by a line holding only ``---`` (such a line inside a fenced code block does not separate). It prints
@@ -71,6 +73,50 @@ def cmd_env_play(args: argparse.Namespace) -> int:
     return 0
 
 
+def _settings(args: argparse.Namespace):
+    from slime_ext.envs.recipe import RunSettings
+
+    if min(args.max_turns, args.max_new_tokens, args.concurrency) < 1:
+        raise ValueError("--max-turns, --max-new-tokens and --concurrency must be >= 1")
+    return RunSettings(setting=args.setting, model=args.model, max_turns=args.max_turns,
+                       max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                       concurrency=args.concurrency, seed=args.seed, threads=args.threads)
+
+
+def cmd_env_eval(args: argparse.Namespace) -> int:
+    import json
+
+    from slime_ext.envs.recipe import evaluate
+
+    list_tasks(args.setting)  # an unknown setting fails before the model loads
+    result = evaluate(_settings(args), args.split, args.limit)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def cmd_env_train(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from slime_ext.envs.recipe import train
+
+    list_tasks(args.setting)
+    history = train(_settings(args), Path(args.out), steps=args.steps, episodes=args.episodes, lr=args.lr,
+                    lora_rank=args.lora_rank, baseline=args.baseline)
+    print(f"trained {len(history)} steps; metrics in {Path(args.out) / 'metrics.jsonl'}")
+    return 0
+
+
+def _add_run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--setting", required=True, help="terminal, toolcall or swe")
+    p.add_argument("--model", default="smollm2-135m", help="built-in model name or checkpoint directory [smollm2-135m]")
+    p.add_argument("--max-turns", type=int, default=6, help="steps per episode [6]")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="tokens per model message [128]")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature [1.0]")
+    p.add_argument("--concurrency", type=int, default=4, help="episodes played at once [4]")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed [0]")
+    p.add_argument("--threads", type=int, help="torch threads of the engine [torch's default]")
+
+
 def add_env_parser(subparsers) -> None:
     """Add ``env list`` and ``env play`` to the ``openclaw-rl`` sub-command parsers."""
     p = subparsers.add_parser("env", help="list a setting's tasks, or play one by hand",
@@ -89,6 +135,28 @@ def add_env_parser(subparsers) -> None:
     play.add_argument("--task", required=True, help="task id (see `env list`)")
     play.add_argument("--max-turns", type=int, help="end the episode after this many messages [the setting's default]")
     play.set_defaults(fn=cmd_env_play)
+    ev = sub.add_parser("eval", help="the model's success rate on a split (no training)",
+                        description="Play every task of a split once with the embedded engine and print a JSON "
+                                    "summary: mean reward, success rate (reward 1.0), episodes per minute, per-task "
+                                    "rewards.")
+    _add_run_arguments(ev)
+    ev.add_argument("--split", choices=SPLITS, default="heldout", help="which tasks [heldout]")
+    ev.add_argument("--limit", type=int, help="only the first N tasks of the split [all]")
+    ev.set_defaults(fn=cmd_env_eval)
+    tr = sub.add_parser("train", help="agent RL on this machine: episodes -> training step -> new adapter, repeated",
+                        description="Each step plays --episodes episodes on random train tasks, trains one Binary RL "
+                                    "step on the episode samples (observation tokens masked out), and swaps the new "
+                                    "LoRA adapter into the engine. Progress on stderr; metrics.jsonl and adapters "
+                                    "under --out.")
+    _add_run_arguments(tr)
+    tr.add_argument("--out", required=True, help="output folder: metrics.jsonl and one adapter per step")
+    tr.add_argument("--steps", type=int, default=4, help="training steps [4]")
+    tr.add_argument("--episodes", type=int, default=8, help="episodes per step [8]")
+    tr.add_argument("--lr", type=float, default=1e-4, help="learning rate [1e-4]")
+    tr.add_argument("--lora-rank", type=int, default=16, help="LoRA rank [16]")
+    tr.add_argument("--baseline", choices=("mean", "none"), default="mean",
+                    help="subtract the step's mean reward from each episode's (mean), or not [mean]")
+    tr.set_defaults(fn=cmd_env_train)
 
 
 def main(argv: list[str] | None = None) -> int:

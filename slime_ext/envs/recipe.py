@@ -1,0 +1,156 @@
+"""Agent RL on one machine (the embedded backend): play episodes with the local engine, train a LoRA
+adapter on them, swap it into the engine, repeat. A readable top-to-bottom loop, like a torchtune recipe.
+
+    evaluate(...)  the success rate of the served model on a split (no training)
+    train(...)     ``steps`` rounds of: ``episodes`` episodes on train tasks -> one Binary RL step on the
+                   episode samples (the outcome reward, minus the round's mean reward as the baseline when
+                   ``baseline="mean"``) -> the new adapter swapped into the engine as version ``step``
+
+An episode *succeeds* when its reward is 1.0 (every check passed). Progress goes to stderr, one line per
+round; ``train`` writes ``metrics.jsonl`` and the adapter of every round under ``out_dir``.
+The same episodes and samples feed Slime through ``slime_generate.generate``; only the trainer differs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import random
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from slime_ext.engines.base import SamplingParams
+from slime_ext.envs.agent_loop import Episode, episode_sample, run_episodes
+from slime_ext.envs.base import EnvTask, list_tasks, make_env
+
+
+@dataclass
+class RunSettings:
+    setting: str
+    model: str = "smollm2-135m"
+    max_turns: int = 6
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    concurrency: int = 4
+    seed: int = 0
+    threads: int | None = None
+
+
+def _load(settings: RunSettings):
+    from transformers import AutoTokenizer
+
+    from slime_ext.api.prompt import PromptRenderer, stop_token_ids
+    from slime_ext.engines.local import LocalEngine
+    from slime_ext.models import resolve_model
+
+    model_dir = resolve_model(settings.model, progress=lambda m: print(m, file=sys.stderr))
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    engine = LocalEngine(model_dir, dtype="auto", threads=settings.threads)
+    sampling = SamplingParams(temperature=settings.temperature, max_new_tokens=settings.max_new_tokens,
+                              stop_token_ids=stop_token_ids(tok))
+    return model_dir, tok, PromptRenderer(tok), engine, sampling
+
+
+async def _play(settings: RunSettings, engine, tok, renderer, tasks: list[EnvTask], sampling) -> list[Episode]:
+    return await run_episodes(engine, tok, renderer, lambda: make_env(settings.setting, max_turns=settings.max_turns),
+                              tasks, sampling, concurrency=settings.concurrency, max_turns=settings.max_turns)
+
+
+def summarize(episodes: list[Episode], wall_s: float) -> dict[str, Any]:
+    """Mean reward, success rate (reward 1.0), turns per episode and episodes per minute."""
+    rewards = [e.reward for e in episodes]
+    return {"episodes": len(episodes), "mean_reward": round(statistics.fmean(rewards), 4) if rewards else None,
+            "success_rate": round(sum(r >= 1.0 for r in rewards) / len(rewards), 4) if rewards else None,
+            "turns_per_episode": round(statistics.fmean(len(e.steps) for e in episodes), 2) if episodes else None,
+            "episodes_per_min": round(60 * len(episodes) / wall_s, 2) if wall_s > 0 else None,
+            "wall_s": round(wall_s, 2)}
+
+
+def evaluate(settings: RunSettings, split: str = "heldout", limit: int | None = None) -> dict[str, Any]:
+    """Play every task of ``split`` (the first ``limit``) once with the served model; the summary."""
+    tasks = list_tasks(settings.setting, split)[:limit]
+    if not tasks:
+        raise ValueError(f"setting {settings.setting!r} has no {split} tasks")
+    _, tok, renderer, engine, sampling = _load(settings)
+    sampling = dataclasses.replace(sampling, seed=settings.seed)
+
+    async def go():
+        try:
+            t0 = time.time()
+            episodes = await _play(settings, engine, tok, renderer, tasks, sampling)
+            return episodes, time.time() - t0
+        finally:
+            await engine.close()
+
+    episodes, wall = asyncio.run(go())
+    out = {"setting": settings.setting, "split": split, "model": settings.model, **summarize(episodes, wall),
+           "per_task": {e.task.id: e.reward for e in episodes}}
+    return out
+
+
+def train(settings: RunSettings, out_dir: Path, steps: int = 4, episodes: int = 8, lr: float = 1e-4,
+          lora_rank: int = 16, baseline: str = "mean") -> list[dict[str, Any]]:
+    """The training loop (see the module docstring); one metrics dict per round."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from slime_ext.trainers.loop import TrainerConfig, wrap_lora
+    from slime_ext.trainers.step import train_step
+
+    if baseline not in ("mean", "none"):
+        raise ValueError(f"baseline must be mean or none, got {baseline!r}")
+    if min(steps, episodes, lora_rank) < 1:
+        raise ValueError("steps, episodes and lora_rank must be >= 1")
+    tasks = list_tasks(settings.setting, "train")
+    if not tasks:
+        raise ValueError(f"setting {settings.setting!r} has no train tasks")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model_dir, tok, renderer, engine, sampling = _load(settings)
+    model = wrap_lora(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
+                      TrainerConfig(lora_rank=lora_rank))
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+    rng = random.Random(settings.seed)
+    history: list[dict[str, Any]] = []
+
+    async def go() -> None:
+        for step in range(1, steps + 1):
+            batch = [rng.choice(tasks) for _ in range(episodes)]
+            params = dataclasses.replace(sampling, seed=rng.randrange(2**31))
+            t0 = time.time()
+            eps = await _play(settings, engine, tok, renderer, batch, params)
+            play_s = time.time() - t0
+            samples = [episode_sample(e, rollout_id=step) for e in eps]
+            base = statistics.fmean(s.reward for s in samples) if baseline == "mean" else 0.0
+            t1 = time.time()
+            metrics = await asyncio.to_thread(train_step, model, opt, samples, baseline=base,
+                                              pad_id=tok.pad_token_id or 0)
+            adapter = out_dir / f"v{step}"
+            model.save_pretrained(adapter)
+            await engine.swap(adapter, step)
+            no_signal = baseline == "mean" and len({s.reward for s in samples}) == 1
+            row = {"step": step, **summarize(eps, play_s), "loss": round(metrics["loss"], 4), "no_signal": no_signal,
+                   "grad_norm": round(metrics["grad_norm"], 4), "train_s": round(time.time() - t1, 2),
+                   "masked_tokens": sum(len(s.loss_mask) - sum(s.loss_mask) for s in samples),
+                   "trained_tokens": sum(sum(s.loss_mask) for s in samples)}
+            history.append(row)
+            with open(out_dir / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(f"[{settings.setting}] step {step}/{steps}: mean reward {row['mean_reward']:+.3f}, success "
+                  f"{row['success_rate']:.2f}, {row['episodes_per_min']:.1f} episodes/min, loss {row['loss']:+.4f}, "
+                  f"train {row['train_s']:.1f} s"
+                  + (" (no signal: every episode got the same reward, so nothing was learned)" if no_signal else ""),
+                  file=sys.stderr, flush=True)
+
+    async def run() -> None:
+        try:
+            await go()
+        finally:
+            await engine.close()
+
+    asyncio.run(run())
+    return history
