@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 HOOKS = {
     "SLIME_CONTRACT_ROLLOUT_FUNCTION_PATH": "slime_ext.hooks.rollout.live_rollout",
     "SLIME_CONTRACT_CUSTOM_REWARD_POST_PROCESS_PATH": "slime_ext.hooks.reward.post_process_rewards",
+    "SLIME_CONTRACT_CUSTOM_GENERATE_FUNCTION_PATH": "slime_ext.hooks.generate.generate",
 }
 
 missing = [m for m in ("httpx", "PIL", "pylatexenc") if importlib.util.find_spec(m) is None]

@@ -23,7 +23,8 @@ from slime_ext.envs.sandbox import (
     isolation_status,
 )
 from slime_ext.envs.terminal import TerminalEnv
+from slime_ext.envs.toolcall import ToolCallEnv  # importing a setting registers it
 
-__all__ = ["Env", "EnvTask", "RunResult", "Sandbox", "SandboxError", "SandboxLimits", "StepResult", "TerminalEnv",
+__all__ = ["Env", "EnvTask", "RunResult", "Sandbox", "SandboxError", "SandboxLimits", "StepResult", "TerminalEnv", "ToolCallEnv",
            "fraction_to_reward", "fresh_workspace", "get_task", "isolation_mode", "isolation_status", "known_settings",
            "list_tasks", "make_env", "play_episode", "register_setting"]

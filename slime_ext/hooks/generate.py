@@ -1,0 +1,145 @@
+"""Slime's custom generate function for the agent settings (terminal, toolcall, swe):
+``--custom-generate-function-path slime_ext.hooks.generate.generate``.
+
+Slime calls ``generate(args, sample, sampling_params, evaluation=False)`` once per sample of its prompt
+dataset, inside its default rollout. The sample names its task: ``sample.metadata["setting"]`` and
+``["task_id"]`` (``openclaw-rl env export`` writes such a dataset), or ``sample.label`` as the task id with
+``setting`` from the ``openclaw_rl_env:`` settings. We play one episode through the SGLang router
+(``args.sglang_router_ip/port``, the same ``SGLangEngine`` client the live proxy uses) with the shared agent
+loop, and return:
+
+- ``samples: episode`` (default): the given sample filled in: the whole episode, observation tokens in the
+  response with loss mask 0 and rollout log-prob 0.0, ``reward`` = the env's outcome (so Slime calls no
+  reward model, unless ``--group-rm``: then use ``--custom-rm-path slime_ext.hooks.reward.known_reward``);
+- ``samples: step``: one sample per step (fan-out), siblings sharing ``rollout_id`` = the sample's index.
+
+An episode the engine could not finish (SGLang refused or failed), or a sample that names no known task
+(logged as an error), comes back ``FAILED`` with ``remove_sample`` set and reward 0.0, never ``ABORTED``
+(that status is Slime's, for its own aborts).
+
+Settings (the ``openclaw_rl_env:`` mapping of ``--custom-config-path``): ``setting`` (default: from each
+sample), ``max_turns`` (8), ``samples`` (episode | step), ``context_budget`` (tokens; default the engine's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import Any
+
+from slime_ext.types import Sample
+
+log = logging.getLogger(__name__)
+
+SETTINGS_KEY = "openclaw_rl_env"
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvSettings:
+    setting: str | None = None
+    max_turns: int = 8
+    samples: str = "episode"
+    context_budget: int | None = None
+
+    @classmethod
+    def from_args(cls, args: Any) -> EnvSettings:
+        data = getattr(args, SETTINGS_KEY, None) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"--custom-config-path: '{SETTINGS_KEY}' must be a mapping, got {type(data).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"--custom-config-path ({SETTINGS_KEY}:): unknown keys {unknown}; known: {sorted(known)}")
+        out = cls(**data)
+        if out.samples not in ("episode", "step") or out.max_turns < 1:
+            raise ValueError(f"{SETTINGS_KEY}: samples must be episode or step and max_turns >= 1, got {out}")
+        return out
+
+
+def task_of(sample: Sample, settings: EnvSettings) -> tuple[str, str]:
+    """(setting, task id) named by the sample; ValueError says what is missing."""
+    meta = sample.metadata or {}
+    setting = meta.get("setting") or settings.setting
+    task_id = meta.get("task_id") or sample.label
+    if not setting or not task_id:
+        raise ValueError("the sample names no task: set metadata {'setting', 'task_id'} (openclaw-rl env export) "
+                         f"or label + {SETTINGS_KEY}.setting; got label={sample.label!r}, metadata={meta!r}")
+    return str(setting), str(task_id)
+
+
+def sampling_from_slime(params: dict[str, Any], stop_ids: tuple[int, ...]):
+    """Our ``SamplingParams`` from Slime's sampling_params dict (temperature, top_p, max_new_tokens, stops)."""
+    from slime_ext.engines.base import SamplingParams
+
+    stops = tuple(sorted(set(stop_ids) | set(params.get("stop_token_ids") or ())))
+    return SamplingParams(temperature=float(params.get("temperature", 1.0)), top_p=float(params.get("top_p", 1.0)),
+                          max_new_tokens=int(params.get("max_new_tokens", 256)), stop_token_ids=stops)
+
+
+_CLIENTS: dict[tuple[int, str], Any] = {}  # (event loop, router url) -> SGLangEngine
+_TOKENIZERS: dict[str, Any] = {}
+
+
+async def _engine(url: str):
+    from slime_ext.engines.sglang import SGLangEngine
+
+    key = (id(asyncio.get_running_loop()), url)
+    if key not in _CLIENTS:
+        _CLIENTS[key] = await SGLangEngine.connect(url)
+    return _CLIENTS[key]
+
+
+def _tokenizer(path: str):
+    if path not in _TOKENIZERS:
+        from transformers import AutoTokenizer
+
+        _TOKENIZERS[path] = AutoTokenizer.from_pretrained(path)
+    return _TOKENIZERS[path]
+
+
+async def generate(args: Any, sample: Sample, sampling_params: dict[str, Any],
+                   evaluation: bool = False) -> Sample | list[Sample]:
+    from slime_ext.api.prompt import PromptRenderer, stop_token_ids
+    from slime_ext.engines.base import EngineError
+    from slime_ext.envs import get_task, make_env
+    from slime_ext.envs.agent_loop import ChatSegments, episode_sample, run_episode, step_samples
+
+    settings = EnvSettings.from_args(args)
+    try:
+        setting, task_id = task_of(sample, settings)
+        task = get_task(setting, task_id)
+    except ValueError as e:  # a bad dataset row: say so, drop it, keep the rollout going
+        log.error("sample %s: %s", sample.index, e)
+        return _failed(sample, str(e))
+    tok = _tokenizer(args.hf_checkpoint)
+    engine = await _engine(f"http://{args.sglang_router_ip}:{args.sglang_router_port}")
+    env = make_env(setting, max_turns=settings.max_turns)
+    try:
+        ep = await run_episode(engine, tok, ChatSegments(PromptRenderer(tok), env.tools), env, task,
+                               sampling_from_slime(sampling_params, stop_token_ids(tok)),
+                               max_turns=settings.max_turns, context_budget=settings.context_budget)
+    except EngineError as e:
+        log.warning("episode of %s/%s failed: %s", setting, task_id, e)
+        return _failed(sample, str(e))
+    if settings.samples == "step":
+        siblings = step_samples(ep, rollout_id=sample.index)
+        for s in siblings:
+            s.group_index, s.index, s.prompt = sample.group_index, sample.index, sample.prompt
+            s.response = tok.decode(s.tokens[-s.response_length:], skip_special_tokens=True)
+        return siblings
+    filled = episode_sample(ep, rollout_id=sample.index)
+    for name in ("tokens", "response_length", "loss_mask", "rollout_log_probs", "reward", "status", "label",
+                 "weight_versions", "rollout_id"):
+        setattr(sample, name, getattr(filled, name))
+    sample.metadata = {**(sample.metadata or {}), **filled.metadata}
+    sample.response = tok.decode(ep.response_ids, skip_special_tokens=False)
+    return sample
+
+
+def _failed(sample: Sample, error: str) -> Sample:
+    """The sample back as FAILED, removed from training, reward 0.0, the reason in its metadata."""
+    sample.status, sample.remove_sample, sample.reward = Sample.Status.FAILED, True, 0.0
+    sample.response = sample.response or ""
+    sample.metadata = {**(sample.metadata or {}), "error": error}
+    return sample
