@@ -59,3 +59,16 @@ def test_env_train_says_when_nothing_can_be_learned(tmp_path):
 def test_env_eval_refuses_an_unknown_setting_before_loading_a_model():
     r = _cli("eval", "--setting", "gui", "--model", "tiny")
     assert r.returncode == 2 and "unknown setting 'gui'" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_env_export_writes_a_slime_dataset_naming_each_task(tmp_path):
+    out = tmp_path / "data" / "terminal-train.jsonl"
+    r = _cli("export", "--setting", "terminal", "--split", "train", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    from slime_ext.envs import list_tasks
+
+    assert [row["label"] for row in rows] == [t.id for t in list_tasks("terminal", "train")]
+    task = get_task("terminal", rows[0]["label"])
+    assert rows[0] == {"prompt": task.instruction, "label": task.id,
+                       "metadata": {"setting": "terminal", "task_id": task.id}}

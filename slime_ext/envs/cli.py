@@ -2,6 +2,7 @@
 
   openclaw-rl env list --setting S [--split train|heldout]      one line per task: id, split, category, instruction
   openclaw-rl env play --setting S --task ID [--max-turns N]    actions from stdin, observations and reward on stdout
+  openclaw-rl env export --setting S --split train --out F.jsonl  a Slime prompt dataset naming each task
   openclaw-rl env eval --setting S [--split heldout] [--model M] the model's success rate on a split (JSON on stdout)
   openclaw-rl env train --setting S --out DIR [--steps N] ...   agent RL on this machine (see envs/recipe.py)
 
@@ -73,6 +74,25 @@ def cmd_env_play(args: argparse.Namespace) -> int:
     return 0
 
 
+def export_rows(setting: str, split: str | None) -> list[dict]:
+    """One Slime prompt-dataset row per task: ``prompt`` (the instruction), ``label`` (the task id) and
+    ``metadata`` ({setting, task_id}, which ``slime_ext.hooks.generate`` reads)."""
+    return [{"prompt": t.instruction, "label": t.id, "metadata": {"setting": t.setting, "task_id": t.id}}
+            for t in list_tasks(setting, split)]
+
+
+def cmd_env_export(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    rows = export_rows(args.setting, args.split)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    print(f"wrote {len(rows)} {args.setting} tasks ({args.split or 'all splits'}) to {out}", file=sys.stderr)
+    return 0
+
+
 def _settings(args: argparse.Namespace):
     from slime_ext.envs.recipe import RunSettings
 
@@ -135,6 +155,14 @@ def add_env_parser(subparsers) -> None:
     play.add_argument("--task", required=True, help="task id (see `env list`)")
     play.add_argument("--max-turns", type=int, help="end the episode after this many messages [the setting's default]")
     play.set_defaults(fn=cmd_env_play)
+    ex = sub.add_parser("export", help="write a Slime prompt dataset (JSONL) naming a split's tasks",
+                        description="One JSON line per task: prompt (the instruction), label (the task id), metadata "
+                                    "{setting, task_id}; Slime reads it with --prompt-data F --input-key prompt "
+                                    "--label-key label --metadata-key metadata.")
+    ex.add_argument("--setting", required=True, help="terminal, toolcall or swe")
+    ex.add_argument("--split", choices=SPLITS, help="only this split [both]")
+    ex.add_argument("--out", required=True, help="the JSONL file to write")
+    ex.set_defaults(fn=cmd_env_export)
     ev = sub.add_parser("eval", help="the model's success rate on a split (no training)",
                         description="Play every task of a split once with the embedded engine and print a JSON "
                                     "summary: mean reward, success rate (reward 1.0), episodes per minute, per-task "
