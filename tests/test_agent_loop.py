@@ -108,3 +108,42 @@ def test_episodes_record_exact_tokens_masks_and_logprobs_and_complete_a_training
     metrics = train_step(model, opt, [episode_sample(e) for e in eps], pad_id=tok.pad_token_id or 0)
     assert torch.isfinite(torch.tensor(metrics["loss"])) and metrics["grad_norm"] > 0
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_step_judge_scores_steps_from_the_next_state_and_combines_with_the_outcome():
+    from slime_ext.envs.agent_loop import step_judge
+    from slime_ext.judge import HeuristicBackend, Judge
+
+    score = step_judge(Judge(HeuristicBackend()))
+    good = asyncio.run(score("Fix the bug.", "edit", "thanks, that works perfectly!", "user"))
+    bad = asyncio.run(score("Fix the bug.", "edit", "No, that's wrong, it still fails.", "user"))
+    assert good == 1.0 and bad == -1.0
+    assert combine_rewards(1.0, [good, bad, bad], 0.5) == pytest.approx(1.0 - 0.5 / 3)
+
+
+def test_run_episode_scores_each_step_with_the_judge_and_weights_it_into_the_reward(model_dir):
+    from slime_ext.envs.agent_loop import run_episode
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    seen = []
+
+    async def judge(first, action, next_state, role):
+        seen.append((first, action, next_state, role))
+        return 1.0
+
+    async def play():
+        engine = LocalEngine(model_dir, dtype="float32", threads=1, prefix_cache_tokens=0)
+        try:
+            env = make_env("terminal", max_turns=2)
+            sampling = SamplingParams(max_new_tokens=4, seed=1, stop_token_ids=stop_token_ids(tok))
+            return await run_episode(engine, tok, ChatSegments(PromptRenderer(tok)), env,
+                                     get_task("terminal", "term-make-dirs"), sampling, max_turns=2, judge=judge,
+                                     step_weight=0.5)
+        finally:
+            await engine.close()
+
+    ep = asyncio.run(play())
+    assert [s.score for s in ep.steps] == [1.0, 1.0] and len(seen) == 2
+    assert seen[0][0].startswith(get_task("terminal", "term-make-dirs").instruction[:30]) and seen[0][3] == "user"
+    assert seen[0][2] == ep.steps[0].next_state
+    assert ep.outcome == -1.0 and ep.reward == pytest.approx(-0.5)

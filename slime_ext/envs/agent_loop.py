@@ -28,7 +28,8 @@ from slime_ext.engines.base import Engine, SamplingParams
 from slime_ext.envs.base import Env, EnvTask
 from slime_ext.types import Sample
 
-StepJudge = Callable[[str, str], Awaitable[float]]  # (action text, next-state text) -> score in [-1, 1]
+# (first message, action text, next-state text, next-state role) -> score in [-1, 1]
+StepJudge = Callable[[str, str, str, str], Awaitable[float]]
 
 
 class ChatSegments:
@@ -142,7 +143,7 @@ async def run_episode(engine: Engine, tokenizer: Any, segments: ChatSegments, en
             record = StepRecord(action, result.observation, env.next_state_text(result), start,
                                 len(ep.response_ids), dict(result.info))
             if judge is not None:
-                record.score = await judge(action, record.next_state)
+                record.score = await judge(first, action, record.next_state, env.observation_role)
             ep.steps.append(record)
             if result.done:
                 ep.reason = str(result.info.get("reason", "done"))
@@ -162,6 +163,19 @@ async def run_episode(engine: Engine, tokenizer: Any, segments: ChatSegments, en
         await asyncio.to_thread(env.close)
     ep.reward = combine_rewards(ep.outcome, [s.score for s in ep.steps], step_weight)
     return ep
+
+
+def step_judge(judge: Any) -> StepJudge:
+    """A ``StepJudge`` from our reward ``Judge`` (``slime_ext.judge``: heuristic, OpenAI-compatible endpoint or
+    engine backends): the step is judged as a turn whose request is the task's first message, whose response
+    is the action and whose next state is the env's ``next_state_text``; the majority vote is the score."""
+    from slime_ext.judge import JudgeInput
+
+    async def score(first: str, action: str, next_state: str, role: str) -> float:
+        verdict = await judge.judge(JudgeInput([{"role": "user", "content": first}], action, None, next_state, role))
+        return float(verdict.score)
+
+    return score
 
 
 def episode_sample(ep: Episode, *, rollout_id: int | None = None) -> Sample:
