@@ -25,6 +25,7 @@ BENCHMARKS = {
     "opd_overhead": [],
     "topk_loss": [],
     "sandbox_overhead": [],
+    "agent_episodes": [],
 }
 
 QUICK = {
@@ -34,6 +35,7 @@ QUICK = {
     "opd_overhead": ["--quick"],
     "topk_loss": ["--quick"],
     "sandbox_overhead": ["--n", "10"],
+    "agent_episodes": ["--model", "tiny", "--limit", "4", "--max-turns", "2", "--max-new-tokens", "16"],
 }
 
 
