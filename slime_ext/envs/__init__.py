@@ -22,9 +22,10 @@ from slime_ext.envs.sandbox import (
     isolation_mode,
     isolation_status,
 )
+from slime_ext.envs.swe import SweEnv
 from slime_ext.envs.terminal import TerminalEnv
-from slime_ext.envs.toolcall import ToolCallEnv  # importing a setting registers it
+from slime_ext.envs.toolcall import ToolCallEnv  # importing a setting registers it (swe, terminal too)
 
-__all__ = ["Env", "EnvTask", "RunResult", "Sandbox", "SandboxError", "SandboxLimits", "StepResult", "TerminalEnv", "ToolCallEnv",
+__all__ = ["Env", "EnvTask", "RunResult", "Sandbox", "SandboxError", "SandboxLimits", "StepResult", "SweEnv", "TerminalEnv", "ToolCallEnv",
            "fraction_to_reward", "fresh_workspace", "get_task", "isolation_mode", "isolation_status", "known_settings",
            "list_tasks", "make_env", "play_episode", "register_setting"]
