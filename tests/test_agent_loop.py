@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from slime_ext.api.prompt import PromptRenderer, stop_token_ids
 from slime_ext.engines import SamplingParams
 from slime_ext.engines.local import LocalEngine
-from slime_ext.envs import get_task, make_env
+from slime_ext.envs import get_task, list_tasks, make_env
 from slime_ext.envs.agent_loop import (
     ChatSegments,
     combine_rewards,
@@ -147,3 +147,34 @@ def test_run_episode_scores_each_step_with_the_judge_and_weights_it_into_the_rew
     assert seen[0][0].startswith(get_task("terminal", "term-make-dirs").instruction[:30]) and seen[0][3] == "user"
     assert seen[0][2] == ep.steps[0].next_state
     assert ep.outcome == -1.0 and ep.reward == pytest.approx(-0.5)
+
+
+@pytest.mark.parametrize("setting", ["terminal", "toolcall", "swe"])
+def test_every_setting_end_to_end_on_tiny_gives_right_masks_and_trains(model_dir, setting):
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    task = list_tasks(setting, "train")[0]
+    sampling = SamplingParams(max_new_tokens=8, seed=5, stop_token_ids=stop_token_ids(tok))
+
+    async def play():
+        engine = LocalEngine(model_dir, dtype="float32", threads=1, prefix_cache_tokens=0)
+        try:
+            eps = await run_episodes(engine, tok, PromptRenderer(tok), lambda: make_env(setting, max_turns=2), [task],
+                                     sampling, max_turns=2)
+            return eps[0], await engine.score(eps[0].prompt_ids + eps[0].response_ids, len(eps[0].prompt_ids))
+        finally:
+            await engine.close()
+
+    ep, teacher_forced = asyncio.run(play())
+    sample = episode_sample(ep)
+    assert 1 <= len(ep.steps) <= 2 and -1.0 <= sample.reward <= 1.0 and sample.metadata["setting"] == setting
+    model_pos = [i for i, m in enumerate(sample.loss_mask) if m == 1]
+    assert model_pos == [i for st in ep.steps for i in range(st.start, st.end)]
+    assert torch.allclose(torch.tensor([teacher_forced[i] for i in model_pos]),
+                          torch.tensor([sample.rollout_log_probs[i] for i in model_pos]), atol=1e-4)
+    assert all(sample.rollout_log_probs[i] == 0.0 for i, m in enumerate(sample.loss_mask) if m == 0)
+    if len(ep.steps) == 2:
+        assert set(sample.loss_mask[ep.steps[0].end:ep.steps[1].start]) == {0}
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    sample.reward = 1.0
+    metrics = train_step(model, torch.optim.SGD(model.parameters(), lr=0.1), [sample], pad_id=tok.pad_token_id or 0)
+    assert metrics["grad_norm"] > 0
