@@ -18,30 +18,27 @@ from pathlib import Path
 import pytest
 
 from slime_ext.envs import Env, SweEnv, get_task, list_tasks, make_env, play_episode
-from slime_ext.envs.swe import (
+from slime_ext.envs.swe_checks import format_report, integrity_problems, lint, parse_runner_output, swe_reward
+from slime_ext.envs.swe_commands import (
     FORMAT_HELP,
-    MUTATION_KINDS,
     EditError,
-    Mutation,
     apply_edit,
-    apply_mutation,
-    find_mutations,
-    format_report,
-    integrity_problems,
-    lint,
-    mutated_files,
     normalize_path,
     parse_command,
     parse_edit_blocks,
-    parse_runner_output,
-    qualify,
-    repo_digest,
-    repo_mutations,
-    run_files,
-    swe_reward,
     unified_diff,
 )
+from slime_ext.envs.swe_mutations import (
+    MUTATION_KINDS,
+    Mutation,
+    apply_mutation,
+    find_mutations,
+    mutated_files,
+    repo_digest,
+    repo_mutations,
+)
 from slime_ext.envs.swe_repos import REPOS, TABLE
+from slime_ext.envs.swe_table import qualify, run_files
 from slime_ext.envs.terminal_tasks import split_of
 
 REPO = Path(__file__).resolve().parents[1]
@@ -263,7 +260,7 @@ def test_runner_output_parsing_and_report():
     verdicts, details, complete = parse_runner_output(out, "N")
     assert verdicts == {"t.A.a": "ok", "t.A.b": "FAIL"} and complete and "1 != 2" in details["t.A.b"]
     assert parse_runner_output(out.replace('N {"done": true}', ""), "N")[2] is False
-    from slime_ext.envs.swe import TestRun
+    from slime_ext.envs.swe_checks import TestRun
 
     report = format_report(TestRun(verdicts, details, True), ["t.A.a", "t.A.b", "t.A.c"])
     assert report.splitlines()[:4] == ["tests: 1 of 3 passed, 2 not", "ok       t.A.a", "FAIL     t.A.b",
