@@ -45,7 +45,7 @@ def test_env_train_completes_steps_with_masked_observations_and_swaps_adapters(t
         assert row["episodes"] == 2 and row["trained_tokens"] > 0 and row["masked_tokens"] > 0
         assert row["grad_norm"] > 0 and not row["no_signal"]
     assert (out / "v2" / "adapter_config.json").exists()
-    assert "step 2/2" in r.stderr
+    assert "step 2/2" in r.stderr and "episode 2/2" in r.stderr  # progress per episode and per step
 
 
 def test_env_train_says_when_nothing_can_be_learned(tmp_path):

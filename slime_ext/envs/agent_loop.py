@@ -213,17 +213,25 @@ def _fill(sample: Sample, ep: Episode, rollout_id: int | None) -> None:
 
 async def run_episodes(engine: Engine, tokenizer: Any, renderer: Any, make_env: Callable[[], Env],
                        tasks: Sequence[EnvTask], sampling: SamplingParams, *, concurrency: int = 4,
+                       on_episode: Callable[[int, int, Episode], None] | None = None,
                        **episode_kw: Any) -> list[Episode]:
-    """Run one episode per task, at most ``concurrency`` at a time; results in task order."""
+    """Run one episode per task, at most ``concurrency`` at a time; results in task order.
+    ``on_episode(done, total, episode)`` is called as each one finishes (for progress output)."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     gate = asyncio.Semaphore(concurrency)
     segments: dict[int, ChatSegments] = {}
+    done = 0
 
     async def one(task: EnvTask) -> Episode:
+        nonlocal done
         async with gate:
             env = make_env()
             seg = segments.setdefault(id(type(env)), ChatSegments(renderer, env.tools))
-            return await run_episode(engine, tokenizer, seg, env, task, sampling, **episode_kw)
+            ep = await run_episode(engine, tokenizer, seg, env, task, sampling, **episode_kw)
+        done += 1
+        if on_episode is not None:
+            on_episode(done, len(tasks), ep)
+        return ep
 
     return list(await asyncio.gather(*(one(t) for t in tasks)))

@@ -57,8 +57,15 @@ def _load(settings: RunSettings):
 
 
 async def _play(settings: RunSettings, engine, tok, renderer, tasks: list[EnvTask], sampling) -> list[Episode]:
+    t0 = time.time()
+
+    def progress(done: int, total: int, ep: Episode) -> None:
+        print(f"[{settings.setting}] episode {done}/{total}: {ep.task.id} reward {ep.reward:+.2f} "
+              f"({len(ep.steps)} steps, {ep.reason}) {time.time() - t0:.0f}s", file=sys.stderr, flush=True)
+
     return await run_episodes(engine, tok, renderer, lambda: make_env(settings.setting, max_turns=settings.max_turns),
-                              tasks, sampling, concurrency=settings.concurrency, max_turns=settings.max_turns)
+                              tasks, sampling, concurrency=settings.concurrency, max_turns=settings.max_turns,
+                              on_episode=progress)
 
 
 def summarize(episodes: list[Episode], wall_s: float) -> dict[str, Any]:
