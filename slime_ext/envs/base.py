@@ -30,6 +30,7 @@ Invariants every setting keeps:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import json
@@ -105,6 +106,32 @@ class Env(Protocol):
     def __enter__(self) -> Env: ...
 
     def __exit__(self, *exc: object) -> None: ...
+
+
+class SandboxedEpisode:
+    """The lifetime every built-in setting shares: an episode holds its workspace and sandbox in an
+    ``ExitStack`` (``_stack``); ``close`` releases them (idempotent) and forgets the task; a context manager.
+    ``next_state_text`` is the observation itself unless a setting says otherwise."""
+
+    _stack: contextlib.ExitStack
+    workspace: Any
+    sandbox: Any
+    task: EnvTask | None
+
+    def next_state_text(self, result: StepResult) -> str:
+        return result.observation
+
+    def close(self) -> None:
+        self._stack.close()
+        self._stack = contextlib.ExitStack()
+        self.workspace = self.sandbox = None
+        self.task = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def fraction_to_reward(passed: int, total: int) -> float:

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from slime_ext.envs import swe_repos
-from slime_ext.envs.base import EnvTask, StepResult, register_setting
+from slime_ext.envs.base import EnvTask, SandboxedEpisode, StepResult, register_setting
 from slime_ext.envs.sandbox import Sandbox, SandboxLimits, fresh_workspace
 from slime_ext.envs.swe_checks import format_report, integrity_problems, lint, run_tests, swe_reward
 from slime_ext.envs.swe_commands import (
@@ -72,7 +72,7 @@ MAX_GREP_MATCHES = 60
 
 
 # ----------------------------------------------------------------------------- the environment
-class SweEnv:
+class SweEnv(SandboxedEpisode):
     """One SWE episode at a time (see the module docstring).
 
     max_turns: steps before the episode ends; suite_timeout_s: wall clock of one test run (also its CPU seconds);
@@ -276,20 +276,6 @@ class SweEnv:
         self.reward = swe_reward(run.passed(), self.expected_tests, failing, problems)
         return self.reward
 
-    def next_state_text(self, result: StepResult) -> str:
-        return result.observation
-
-    def close(self) -> None:
-        self._stack.close()
-        self._stack = contextlib.ExitStack()
-        self.workspace = self.sandbox = None
-        self.task = None
-
-    def __enter__(self) -> SweEnv:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 # ----------------------------------------------------------------------------- tasks

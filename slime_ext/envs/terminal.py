@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from slime_ext.envs import terminal_tasks
-from slime_ext.envs.base import EnvTask, StepResult, fraction_to_reward, register_setting
+from slime_ext.envs.base import EnvTask, SandboxedEpisode, StepResult, fraction_to_reward, register_setting
 from slime_ext.envs.sandbox import RunResult, Sandbox, SandboxLimits, fresh_workspace
 
 SETTING = "terminal"
@@ -312,7 +312,7 @@ def run_checks(root: Path, box: Sandbox, checks: list[dict], timeout_s: float = 
 
 
 # ----------------------------------------------------------------------------- the environment
-class TerminalEnv:
+class TerminalEnv(SandboxedEpisode):
     """One terminal episode at a time (see the module docstring).
 
     max_turns: steps before the episode ends; command_timeout_s: wall clock of each command (also CPU seconds);
@@ -395,20 +395,6 @@ class TerminalEnv:
             self.checks = run_checks(self.workspace, self.sandbox, self.task.data["checks"], self.command_timeout_s)
         return fraction_to_reward(sum(c.passed for c in self.checks), len(self.checks))
 
-    def next_state_text(self, result: StepResult) -> str:
-        return result.observation
-
-    def close(self) -> None:
-        self._stack.close()
-        self._stack = contextlib.ExitStack()
-        self.workspace = self.sandbox = None
-        self.task = None
-
-    def __enter__(self) -> TerminalEnv:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def list_terminal_tasks() -> list[EnvTask]:

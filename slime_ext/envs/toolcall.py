@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from slime_ext.api.reply import CLOSE, OPEN, parse_tool_call
-from slime_ext.envs.base import EnvTask, StepResult, fraction_to_reward, register_setting
+from slime_ext.envs.base import EnvTask, SandboxedEpisode, StepResult, fraction_to_reward, register_setting
 from slime_ext.envs.sandbox import RunResult, Sandbox, SandboxLimits, fresh_workspace
 from slime_ext.envs.terminal import CheckResult, clip
 from slime_ext.simulate.tasks import KINDS, math_tasks
@@ -268,7 +268,7 @@ def format_result(res: RunResult, timeout_s: float, cpu_s: int, max_chars: int) 
 
 
 # ----------------------------------------------------------------------------- the environment
-class ToolCallEnv:
+class ToolCallEnv(SandboxedEpisode):
     """One tool-call episode at a time (see the module docstring).
 
     max_turns: steps before the episode ends; timeout_s: wall clock of each python call; cpu_s: its CPU seconds;
@@ -365,20 +365,6 @@ class ToolCallEnv:
             self.checks = [grade(self.final_text, self.task.data["answer"])]
         return fraction_to_reward(sum(c.passed for c in self.checks), len(self.checks))
 
-    def next_state_text(self, result: StepResult) -> str:
-        return result.observation
-
-    def close(self) -> None:
-        self._stack.close()
-        self._stack = contextlib.ExitStack()
-        self.workspace = self.sandbox = None
-        self.task = None
-
-    def __enter__(self) -> ToolCallEnv:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 register_setting(SETTING, list_toolcall_tasks, ToolCallEnv)
