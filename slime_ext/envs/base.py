@@ -118,6 +118,18 @@ class SandboxedEpisode:
     sandbox: Any
     task: EnvTask | None
 
+    turns: int
+    done: bool
+
+    def _begin_step(self) -> int:
+        """Refuse a step outside a running episode; count it; return its 1-based turn number."""
+        if self.sandbox is None or self.task is None:
+            raise RuntimeError("no episode: call reset(task) first")
+        if self.done:
+            raise RuntimeError("the episode is over: call reset(task) to start another")
+        self.turns += 1
+        return self.turns
+
     def next_state_text(self, result: StepResult) -> str:
         return result.observation
 

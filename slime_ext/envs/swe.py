@@ -134,11 +134,7 @@ class SweEnv(SandboxedEpisode):
                 f"You have at most {self.max_turns} turns.")
 
     def step(self, action_text: str) -> StepResult:
-        if self.sandbox is None or self.task is None:
-            raise RuntimeError("no episode: call reset(task) first")
-        if self.done:
-            raise RuntimeError("the episode is over: call reset(task) to start another")
-        self.turns += 1
+        self._begin_step()
         command, note = parse_command(action_text)
         info: dict[str, Any] = {"turn": self.turns, "command": command.name if command else None}
         if command is None:

@@ -362,11 +362,7 @@ class TerminalEnv(SandboxedEpisode):
                 f"task is complete, reply with a line containing only DONE. You have at most {self.max_turns} turns.")
 
     def step(self, action_text: str) -> StepResult:
-        if self.sandbox is None or self.task is None:
-            raise RuntimeError("no episode: call reset(task) first")
-        if self.done:
-            raise RuntimeError("the episode is over: call reset(task) to start another")
-        self.turns += 1
+        self._begin_step()
         action = parse_action(action_text)
         info: dict[str, Any] = {"turn": self.turns, "ran": action.command is not None}
         if action.command is not None:

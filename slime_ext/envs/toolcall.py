@@ -316,11 +316,7 @@ class ToolCallEnv(SandboxedEpisode):
                 f"reply without a tool call and end your message with the number, like: Final answer: 42")
 
     def step(self, action_text: str) -> StepResult:
-        if self.sandbox is None or self.task is None:
-            raise RuntimeError("no episode: call reset(task) first")
-        if self.done:
-            raise RuntimeError("the episode is over: call reset(task) to start another")
-        self.turns += 1
+        self._begin_step()
         info: dict[str, Any] = {"turn": self.turns}
         requests = parse_tool_requests(action_text)
         if not requests and not action_text.strip():
