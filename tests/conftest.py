@@ -16,6 +16,21 @@ from slime_ext.launch import ServerProcess, free_port  # noqa: F401  (re-exporte
 SERVING_ONLY = ["--method", "none"]
 
 
+def require_chromium() -> str:
+    """The Chromium the GUI setting drives; skips the test naming why when there is none, unless
+    OPENCLAW_RL_REQUIRE_BROWSER=1 (CI sets it after installing one), where a missing browser fails it."""
+    import os
+
+    from slime_ext.envs.browser import BrowserError, find_chromium
+
+    try:
+        return find_chromium()
+    except BrowserError as e:
+        if os.environ.get("OPENCLAW_RL_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"OPENCLAW_RL_REQUIRE_BROWSER=1 but {e}")
+        pytest.skip(f"the GUI setting needs Chromium: {e}")
+
+
 @pytest.fixture(scope="module")
 def tiny_server(tmp_path_factory):
     """One tiny-model server shared by a test module."""

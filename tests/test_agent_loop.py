@@ -1,4 +1,4 @@
-"""The agent loop on the real engine (tiny model) in the terminal setting: the episode's tokens are exactly
+"""The agent loop on the real engine (tiny model) in the terminal setting (and every setting end to end): the episode's tokens are exactly
 what the model saw and sampled, observations sit between them with loss mask 0, and the samples train."""
 
 import asyncio
@@ -21,6 +21,7 @@ from slime_ext.envs.agent_loop import (
 from slime_ext.models import resolve_model
 from slime_ext.models.builtin import TOOL_CHAT_TEMPLATE
 from slime_ext.trainers.step import train_step
+from tests.conftest import require_chromium
 
 
 @pytest.fixture(scope="module")
@@ -149,8 +150,10 @@ def test_run_episode_scores_each_step_with_the_judge_and_weights_it_into_the_rew
     assert ep.outcome == -1.0 and ep.reward == pytest.approx(-0.5)
 
 
-@pytest.mark.parametrize("setting", ["terminal", "toolcall", "swe"])
+@pytest.mark.parametrize("setting", ["terminal", "toolcall", "swe", "gui"])
 def test_every_setting_end_to_end_on_tiny_gives_right_masks_and_trains(model_dir, setting):
+    if setting == "gui":
+        require_chromium()
     tok = AutoTokenizer.from_pretrained(model_dir)
     task = list_tasks(setting, "train")[0]
     sampling = SamplingParams(max_new_tokens=8, seed=5, stop_token_ids=stop_token_ids(tok))

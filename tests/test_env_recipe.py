@@ -1,4 +1,4 @@
-"""`openclaw-rl env eval` and `env train` on the tiny model in the terminal setting, as a user runs them."""
+"""`openclaw-rl env eval` and `env train` on the tiny model in the terminal (and gui) setting, as a user runs them."""
 
 import json
 import subprocess
@@ -48,6 +48,21 @@ def test_env_train_completes_steps_with_masked_observations_and_swaps_adapters(t
     assert "step 2/2" in r.stderr and "episode 2/2" in r.stderr  # progress per episode and per step
 
 
+def test_env_train_on_the_gui_setting_trains_and_keeps_screenshots_in_the_run_directory(tmp_path):
+    from tests.conftest import require_chromium
+
+    require_chromium()
+    out = tmp_path / "run"
+    r = _cli("train", "--setting", "gui", "--model", "tiny", "--steps", "1", "--episodes", "2", "--max-turns", "2",
+             "--max-new-tokens", "8", "--lora-rank", "4", "--baseline", "none", "--threads", "1", "--out", str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    row = json.loads((out / "metrics.jsonl").read_text())
+    assert row["episodes"] == 2 and row["trained_tokens"] > 0 and row["masked_tokens"] > 0 and row["grad_norm"] > 0
+    assert (out / "v1" / "adapter_config.json").exists()
+    shots = list((out / "screenshots").glob("gui-*/step-*.png"))
+    assert 2 <= len(shots) <= 4 and all(s.read_bytes()[:4] == b"\x89PNG" for s in shots)
+
+
 def test_env_train_says_when_nothing_can_be_learned(tmp_path):
     r = _cli("train", "--setting", "terminal", "--model", "tiny", "--steps", "1", "--episodes", "2",
              "--max-turns", "1", "--max-new-tokens", "4", "--lora-rank", "4", "--threads", "1",
@@ -57,8 +72,8 @@ def test_env_train_says_when_nothing_can_be_learned(tmp_path):
 
 
 def test_env_eval_refuses_an_unknown_setting_before_loading_a_model():
-    r = _cli("eval", "--setting", "gui", "--model", "tiny")
-    assert r.returncode == 2 and "unknown setting 'gui'" in r.stderr and "Traceback" not in r.stderr
+    r = _cli("eval", "--setting", "nosuch", "--model", "tiny")
+    assert r.returncode == 2 and "unknown setting 'nosuch'" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_env_export_writes_a_slime_dataset_naming_each_task(tmp_path):

@@ -15,14 +15,17 @@ from slime_ext.envs.agent_loop import episode_sample, run_episodes
 from slime_ext.models import resolve_model
 from slime_ext.trainers.loop import TrainerConfig, wrap_lora
 from slime_ext.trainers.step import train_step
+from tests.conftest import require_chromium
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("setting", ["terminal", "toolcall", "swe"])
+@pytest.mark.parametrize("setting", ["terminal", "toolcall", "swe", "gui"])
 def test_smollm2_episode_samples_have_the_right_masks_and_train(setting):
     if setting not in known_settings():
         pytest.skip(f"setting {setting!r} is not registered in this checkout")
+    if setting == "gui":
+        require_chromium()
     model_dir = resolve_model("smollm2-135m")
     tok = AutoTokenizer.from_pretrained(model_dir)
     task = list_tasks(setting, "heldout")[0]

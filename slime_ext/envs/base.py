@@ -24,8 +24,8 @@ Invariants every setting keeps:
 - ``next_state_text`` is what a step-wise judge sees as the next state after a step.
 - ``tools`` and ``observation_role`` say how the agent loop renders the conversation: the tool schemas offered
   to the model, and whether an observation is a ``"user"`` message or a ``"tool"`` result.
-- every ``make_env_fn`` accepts the keyword ``max_turns``; ``close`` releases what the episode holds and may be
-  called more than once; envs are context managers.
+- every ``make_env_fn`` accepts the keyword ``max_turns`` (and may accept ``run_dir``); ``close`` releases what
+  the episode holds and may be called more than once; envs are context managers.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import inspect
 import json
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -219,9 +220,14 @@ def get_task(setting: str, task_id: str) -> EnvTask:
                      f"(`openclaw-rl env list --setting {setting}` lists all {len(ids)})")
 
 
-def make_env(setting: str, **kwargs: Any) -> Env:
-    """A new environment of `setting`; `kwargs` go to its constructor (every setting accepts max_turns)."""
-    return _setting(setting).make_env(**kwargs)
+def make_env(setting: str, *, run_dir: Any = None, **kwargs: Any) -> Env:
+    """A new environment of `setting`; `kwargs` go to its constructor (every setting accepts max_turns).
+    `run_dir` (where a setting may keep debugging artifacts, e.g. screenshots) goes only to a setting whose
+    constructor declares it; the others have nothing to keep."""
+    make = _setting(setting).make_env
+    if run_dir is not None and "run_dir" in inspect.signature(make).parameters:
+        kwargs["run_dir"] = run_dir
+    return make(**kwargs)
 
 
 def play_episode(env: Env, task: EnvTask, actions: Iterable[str],

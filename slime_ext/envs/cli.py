@@ -1,7 +1,8 @@
 """``openclaw-rl env``: list a setting's tasks and play one by hand.
 
   openclaw-rl env list --setting S [--split train|heldout]      one line per task: id, split, category, instruction
-  openclaw-rl env play --setting S --task ID [--max-turns N]    actions from stdin, observations and reward on stdout
+  openclaw-rl env play --setting S --task ID [--max-turns N] [--run-dir D]  actions from stdin, observations and
+                                                                reward on stdout (gui: screenshots under D)
   openclaw-rl env export --setting S --split train --out F.jsonl  a Slime prompt dataset naming each task
   openclaw-rl env eval --setting S [--split heldout] [--model M] the model's success rate on a split (JSON on stdout)
   openclaw-rl env train --setting S --out DIR [--steps N] ...   agent RL on this machine (see envs/recipe.py)
@@ -53,7 +54,7 @@ def cmd_env_list(args: argparse.Namespace) -> int:
 def cmd_env_play(args: argparse.Namespace) -> int:
     task = get_task(args.setting, args.task)
     kwargs = {} if args.max_turns is None else {"max_turns": args.max_turns}
-    with make_env(args.setting, **kwargs) as env:
+    with make_env(args.setting, run_dir=args.run_dir, **kwargs) as env:
         print(f"[task {task.id} | setting {task.setting} | split {task.split}]")
         print(env.reset(task), flush=True)
         turn = 0
@@ -94,13 +95,16 @@ def cmd_env_export(args: argparse.Namespace) -> int:
 
 
 def _settings(args: argparse.Namespace):
+    from pathlib import Path
+
     from slime_ext.envs.recipe import RunSettings
 
     if min(args.max_turns, args.max_new_tokens, args.concurrency) < 1:
         raise ValueError("--max-turns, --max-new-tokens and --concurrency must be >= 1")
     return RunSettings(setting=args.setting, model=args.model, max_turns=args.max_turns,
                        max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                       concurrency=args.concurrency, seed=args.seed, threads=args.threads)
+                       concurrency=args.concurrency, seed=args.seed, threads=args.threads,
+                       run_dir=Path(args.run_dir) if getattr(args, "run_dir", None) else None)
 
 
 def cmd_env_eval(args: argparse.Namespace) -> int:
@@ -120,6 +124,7 @@ def cmd_env_train(args: argparse.Namespace) -> int:
     from slime_ext.envs.recipe import train
 
     list_tasks(args.setting)
+    args.run_dir = args.run_dir or args.out  # the GUI setting's screenshots go with the adapters
     history = train(_settings(args), Path(args.out), steps=args.steps, episodes=args.episodes, lr=args.lr,
                     lora_rank=args.lora_rank, baseline=args.baseline)
     print(f"trained {len(history)} steps; metrics in {Path(args.out) / 'metrics.jsonl'}")
@@ -127,7 +132,9 @@ def cmd_env_train(args: argparse.Namespace) -> int:
 
 
 def _add_run_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--setting", required=True, help="terminal, toolcall or swe")
+    p.add_argument("--setting", required=True, help="terminal, toolcall, swe or gui")
+    p.add_argument("--run-dir", help="where settings keep debugging artifacts: the gui setting saves a screenshot "
+                                     "of every step under RUN_DIR/screenshots/ [none; env train: --out]")
     p.add_argument("--model", default="smollm2-135m", help="built-in model name or checkpoint directory [smollm2-135m]")
     p.add_argument("--max-turns", type=int, default=6, help="steps per episode [6]")
     p.add_argument("--max-new-tokens", type=int, default=128, help="tokens per model message [128]")
@@ -144,22 +151,24 @@ def add_env_parser(subparsers) -> None:
     sub = p.add_subparsers(dest="env_command", required=True)
     lst = sub.add_parser("list", help="list the task ids of a setting (train and held-out)",
                          description="One line per task: id, split, category, the start of the instruction.")
-    lst.add_argument("--setting", required=True, help="terminal (toolcall and swe when they are registered)")
+    lst.add_argument("--setting", required=True, help="terminal, toolcall, swe or gui")
     lst.add_argument("--split", choices=SPLITS, help="only this split [both]")
     lst.set_defaults(fn=cmd_env_list)
     play = sub.add_parser("play", help="play a task: actions on stdin, separated by lines of ---",
                           description="Read the agent's messages from stdin (separated by a line holding only ---; "
                                       "each in the format the model emits, e.g. a ```bash block, or DONE), print "
                                       "each observation, the checks, and finally `reward: <value>`.")
-    play.add_argument("--setting", required=True, help="terminal (toolcall and swe when they are registered)")
+    play.add_argument("--setting", required=True, help="terminal, toolcall, swe or gui")
     play.add_argument("--task", required=True, help="task id (see `env list`)")
     play.add_argument("--max-turns", type=int, help="end the episode after this many messages [the setting's default]")
+    play.add_argument("--run-dir", help="where to keep debugging artifacts: the gui setting saves a screenshot of "
+                                        "every step under RUN_DIR/screenshots/ [none]")
     play.set_defaults(fn=cmd_env_play)
     ex = sub.add_parser("export", help="write a Slime prompt dataset (JSONL) naming a split's tasks",
                         description="One JSON line per task: prompt (the instruction), label (the task id), metadata "
                                     "{setting, task_id}; Slime reads it with --prompt-data F --input-key prompt "
                                     "--label-key label --metadata-key metadata.")
-    ex.add_argument("--setting", required=True, help="terminal, toolcall or swe")
+    ex.add_argument("--setting", required=True, help="terminal, toolcall, swe or gui")
     ex.add_argument("--split", choices=SPLITS, help="only this split [both]")
     ex.add_argument("--out", required=True, help="the JSONL file to write")
     ex.set_defaults(fn=cmd_env_export)

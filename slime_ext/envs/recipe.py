@@ -39,6 +39,7 @@ class RunSettings:
     concurrency: int = 4
     seed: int = 0
     threads: int | None = None
+    run_dir: Path | None = None  # where settings keep debugging artifacts (the GUI setting's screenshots)
 
 
 def _load(settings: RunSettings):
@@ -63,7 +64,8 @@ async def _play(settings: RunSettings, engine, tok, renderer, tasks: list[EnvTas
         print(f"[{settings.setting}] episode {done}/{total}: {ep.task.id} reward {ep.reward:+.2f} "
               f"({len(ep.steps)} steps, {ep.reason}) {time.time() - t0:.0f}s", file=sys.stderr, flush=True)
 
-    return await run_episodes(engine, tok, renderer, lambda: make_env(settings.setting, max_turns=settings.max_turns),
+    return await run_episodes(engine, tok, renderer, lambda: make_env(settings.setting, max_turns=settings.max_turns,
+                                                                     run_dir=settings.run_dir),
                               tasks, sampling, concurrency=settings.concurrency, max_turns=settings.max_turns,
                               on_episode=progress)
 
