@@ -5,10 +5,11 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 ARGS   ?=
 
-.PHONY: install serve test test-fast bench records clean-venv help
+.PHONY: install browser serve test test-fast bench records clean-venv help
 
 help:
 	@echo "make install  create .venv and install everything into it (the other targets do this on first use)"
+	@echo "make browser  install Debian's chromium for the GUI setting (apt-get; skipped when one is on PATH)"
 	@echo "make serve   start the OpenAI-compatible server at http://127.0.0.1:30000/v1 (ARGS='--model tiny ...')"
 	@echo "make test    run the test suite (includes a few tests on the real smollm2-135m model)"
 	@echo "make test-fast  the suite without the real-model tests"
@@ -26,13 +27,16 @@ $(STAMP): setup.py
 
 install: $(STAMP)
 
+browser:
+	@bash scripts/install_browser.sh
+
 serve: $(STAMP)
 	$(BIN)/openclaw-rl serve $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest $(ARGS)
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) browser
 	$(BIN)/python -m pytest -m "not slow" $(ARGS)
 
 bench: $(STAMP)

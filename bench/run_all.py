@@ -26,6 +26,7 @@ BENCHMARKS = {
     "topk_loss": [],
     "sandbox_overhead": [],
     "agent_episodes": [],
+    "gui_browser": [],
 }
 
 QUICK = {
@@ -36,6 +37,7 @@ QUICK = {
     "topk_loss": ["--quick"],
     "sandbox_overhead": ["--n", "10"],
     "agent_episodes": ["--model", "tiny", "--limit", "4", "--max-turns", "2", "--max-new-tokens", "16"],
+    "gui_browser": ["--starts", "3", "--rounds", "1", "--concurrency", "1"],
 }
 
 

@@ -62,7 +62,7 @@ agent_settings() {
    AGENT_SETTING="${1:-}"
    local default_max_turns="${2:-8}"
    [[ $AGENT_SETTING =~ ^[a-z][a-z0-9_-]*$ ]] ||
-      openclaw_die "agent_settings: expected a setting name (terminal, toolcall, swe), got '${AGENT_SETTING}'"
+      openclaw_die "agent_settings: expected a setting name (terminal, toolcall, swe, gui), got '${AGENT_SETTING}'"
    OPENCLAW_REPO_ROOT="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." &>/dev/null && pwd)"
    export PYTHONUNBUFFERED=1 # keeps Ray from buffering stdout/stderr (as Slime's scripts do)
 

@@ -28,11 +28,12 @@ from slime_ext.types import Sample
 
 ROOT = Path(__file__).resolve().parents[1]
 AGENTS = ROOT / "scripts" / "slime_agents.sh"
-SETTINGS = ("terminal", "toolcall", "swe")
+SETTINGS = ("terminal", "toolcall", "swe", "gui")
 SCRIPTS = {s: ROOT / f"{s}-rl" / f"run_qwen3_8b_{s}_rl.sh" for s in SETTINGS}
 LOCAL = {s: ROOT / f"{s}-rl" / "run_local.sh" for s in SETTINGS}
-DEFAULT_MAX_TURNS = {"terminal": 8, "toolcall": 6, "swe": 12}
-ALL_SHELL = [AGENTS, *SCRIPTS.values(), *LOCAL.values()]
+DEFAULT_MAX_TURNS = {"terminal": 8, "toolcall": 6, "swe": 12, "gui": 10}
+INSTALL_BROWSER = ROOT / "scripts" / "install_browser.sh"
+ALL_SHELL = [AGENTS, *SCRIPTS.values(), *LOCAL.values(), INSTALL_BROWSER]
 
 GENERATE_HOOK = "slime_ext.hooks.generate.generate"
 
@@ -348,6 +349,31 @@ def test_run_local_passes_extra_arguments_to_env_train(setting, tmp_path):
     assert argv[:6] == ["env", "train", "--setting", setting, "--model", "smollm2-135m"]
     assert argv[6] == "--out" and re.fullmatch(rf"runs/{setting}-\d{{8}}-\d{{6}}", argv[7])
     assert "--episodes" in argv and argv[-4:] == ["--steps", "2", "--lr", "3e-4"]  # given last: they win
+
+
+# ------------------------------------------------------------------------------------ install_browser.sh
+
+
+@pytest.mark.parametrize("require, code", [("0", 0), ("1", 1)])
+def test_install_browser_without_apt_says_how_and_fails_only_when_required(tmp_path, require, code):
+    bin_dir = tmp_path / "bin"  # id, but no browser and no apt-get
+    bin_dir.mkdir()
+    (bin_dir / "id").symlink_to(shutil.which("id"))
+    r = subprocess.run([shutil.which("bash"), str(INSTALL_BROWSER)], capture_output=True, text=True, timeout=60,
+                       env={"PATH": str(bin_dir), "OPENCLAW_RL_REQUIRE_BROWSER": require})
+    assert r.returncode == code, r.stderr
+    assert "no apt-get on this machine" in r.stderr and "apt-get install chromium" in r.stderr
+
+
+def test_install_browser_does_nothing_when_a_browser_is_on_path(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "chromium"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    r = subprocess.run([shutil.which("bash"), str(INSTALL_BROWSER)], capture_output=True, text=True, timeout=60,
+                       env={"PATH": str(bin_dir), "OPENCLAW_RL_REQUIRE_BROWSER": "1"})
+    assert r.returncode == 0 and r.stderr == ""
 
 
 # ---------------------------------------------------------------------------------------------- the docs

@@ -74,6 +74,29 @@ def test_a_sample_naming_no_task_is_dropped_with_the_reason(router):
     assert bad.remove_sample and "unknown task" in bad.metadata["error"].lower()
 
 
+def test_a_gui_episode_plays_in_the_browser_and_screenshots_go_to_the_run_dir(router, tmp_path):
+    from tests.conftest import require_chromium
+
+    require_chromium()
+    sample = Sample(index=4, prompt="p", metadata={"setting": "gui", "task_id": list_tasks("gui", "train")[0].id})
+    out = asyncio.run(generate(_args(router, run_dir=str(tmp_path)), sample, dict(SAMPLING)))
+    assert out is sample and out.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED)
+    assert 0 in out.loss_mask and out.loss_mask[0] == 1 and -1.0 <= out.reward < 1.0
+    assert "[1] page" in out.response  # the page's tree came back as the observation
+    assert len(list((tmp_path / "screenshots").glob("gui-*/step-*.png"))) == out.metadata["steps"]
+
+
+def test_a_gui_episode_without_a_browser_is_dropped_with_the_reason(router, tmp_path, monkeypatch, caplog):
+    from slime_ext.envs import browser
+
+    monkeypatch.setattr(browser, "_shared", {})  # no browser started yet in this process ...
+    monkeypatch.setenv("PATH", str(tmp_path))   # ... and none to find
+    sample = Sample(index=6, prompt="p", metadata={"setting": "gui", "task_id": list_tasks("gui", "train")[0].id})
+    out = asyncio.run(generate(_args(router), sample, dict(SAMPLING)))
+    assert out.status == Sample.Status.FAILED and out.remove_sample and out.reward == 0.0
+    assert "no Chromium found" in out.metadata["error"] and "no Chromium found" in caplog.text
+
+
 def test_settings_are_validated():
     with pytest.raises(ValueError, match="unknown keys \\['turns'\\]"):
         EnvSettings.from_args(types.SimpleNamespace(openclaw_rl_env={"turns": 3}))

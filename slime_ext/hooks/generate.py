@@ -1,4 +1,4 @@
-"""Slime's custom generate function for the agent settings (terminal, toolcall, swe):
+"""Slime's custom generate function for the agent settings (terminal, toolcall, swe, gui):
 ``--custom-generate-function-path slime_ext.hooks.generate.generate``.
 
 Slime calls ``generate(args, sample, sampling_params, evaluation=False)`` once per sample of its prompt
@@ -13,12 +13,13 @@ loop, and return:
   reward model, unless ``--group-rm``: then use ``--custom-rm-path slime_ext.hooks.reward.known_reward``);
 - ``samples: step``: one sample per step (fan-out), siblings sharing ``rollout_id`` = the sample's index.
 
-An episode the engine could not finish (SGLang refused or failed), or a sample that names no known task
-(logged as an error), comes back ``FAILED`` with ``remove_sample`` set and reward 0.0, never ``ABORTED``
+An episode the engine could not finish (SGLang refused or failed) or the browser could not run (gui: no
+Chromium on the node, or it died), or a sample that names no known task (logged as an error), comes back ``FAILED`` with ``remove_sample`` set and reward 0.0, never ``ABORTED``
 (that status is Slime's, for its own aborts).
 
 Settings (the ``openclaw_rl_env:`` mapping of ``--custom-config-path``): ``setting`` (default: from each
-sample), ``max_turns`` (8), ``samples`` (episode | step), ``context_budget`` (tokens; default the engine's).
+sample), ``max_turns`` (8), ``samples`` (episode | step), ``context_budget`` (tokens; default the engine's),
+``run_dir`` (where a setting keeps debugging artifacts on the rollout node: gui screenshots; default none).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class EnvSettings:
     max_turns: int = 8
     samples: str = "episode"
     context_budget: int | None = None
+    run_dir: str | None = None
 
     @classmethod
     def from_args(cls, args: Any) -> EnvSettings:
@@ -104,6 +106,7 @@ async def generate(args: Any, sample: Sample, sampling_params: dict[str, Any],
     from slime_ext.engines.base import EngineError
     from slime_ext.envs import get_task, make_env
     from slime_ext.envs.agent_loop import ChatSegments, episode_sample, run_episode, step_samples
+    from slime_ext.envs.browser import BrowserError
 
     settings = EnvSettings.from_args(args)
     try:
@@ -114,13 +117,16 @@ async def generate(args: Any, sample: Sample, sampling_params: dict[str, Any],
         return _failed(sample, str(e))
     tok = _tokenizer(args.hf_checkpoint)
     engine = await _engine(f"http://{args.sglang_router_ip}:{args.sglang_router_port}")
-    env = make_env(setting, max_turns=settings.max_turns)
+    env = make_env(setting, max_turns=settings.max_turns, run_dir=settings.run_dir)
     try:
         ep = await run_episode(engine, tok, ChatSegments(PromptRenderer(tok), env.tools), env, task,
                                sampling_from_slime(sampling_params, stop_token_ids(tok)),
                                max_turns=settings.max_turns, context_budget=settings.context_budget)
     except EngineError as e:
         log.warning("episode of %s/%s failed: %s", setting, task_id, e)
+        return _failed(sample, str(e))
+    except BrowserError as e:
+        log.error("episode of %s/%s failed in the browser: %s", setting, task_id, e)
         return _failed(sample, str(e))
     if settings.samples == "step":
         siblings = step_samples(ep, rollout_id=sample.index)
