@@ -11,7 +11,11 @@ Each task is an ``EnvTask`` of setting ``gui`` whose ``data`` holds:
   ``["click", role, name]``, ``["type", role, name, text]``, ``["select", role, name, option]``,
   ``["press", key]``, ``["scroll", "down"]``, ``["done"]`` or ``["infeasible"]``. ``solution_messages``
   turns it into the messages a model would send, resolving names against the page as it is at each step.
-- ``category``: forms, menus, search, flow, scroll or infeasible.
+- ``category``: forms, menus, search, flow, scroll or infeasible (a family's infeasible variants).
+
+Families: signup and support forms; a document's "Actions" menu button and an editor's menubar with nested
+submenus; a shop with search and filters; a checkout wizard and a table booking across pages; an inbox that
+loads more messages as it is scrolled.
 
 Tasks come in families (one page template, several variants with other data and goals); the split is fixed
 per variant in the family's table, so held-out tasks are other variants of the same kinds of pages, never
@@ -68,6 +72,14 @@ def solution_messages(task: EnvTask, lines_now) -> Iterator[str]:
             yield " ".join([verb, *rest])
 
 
+def _variant(task_id: str, split: str, category: str, instruction: str, pages: dict[str, str], checks: list[list],
+             solution: list[list], start: str = "index.html") -> EnvTask:
+    """A task of a family: an infeasible one (its solution ends with ``infeasible``) is of category infeasible."""
+    feasible = solution[-1][0] != "infeasible"
+    return gui_task(task_id, split, category if feasible else "infeasible", instruction, pages, checks, solution,
+                    start=start, feasible=feasible)
+
+
 # ----------------------------------------------------------------------------- forms
 PLANS = ("Basic", "Pro", "Team")
 _SIGNUP = """
@@ -98,7 +110,8 @@ def _signup(task_id: str, split: str, name: str, email: str, plan: str) -> EnvTa
         return gui_task(task_id, split, "infeasible",
                         f"Sign up as {name} ({email}) on the {plan} plan.", pages,
                         [["no account was created", "account", None]],
-                        [["infeasible", f"there is no {plan} plan"]], feasible=False)
+                        [["type", "textbox", "Full name", name], ["infeasible", f"there is no {plan} plan"]],
+                        feasible=False)
     return gui_task(
         task_id, split, "forms", f"Sign up as {name} with the email {email} on the {plan} plan.", pages,
         [["an account was created for the right person",
@@ -108,19 +121,11 @@ def _signup(task_id: str, split: str, name: str, email: str, plan: str) -> EnvTa
          ["click", "button", "Create account"], ["done"]])
 
 
-def _variant(task_id: str, split: str, category: str, instruction: str, pages: dict[str, str], checks: list[list],
-             solution: list[list], start: str = "index.html") -> EnvTask:
-    """A task of a family: an infeasible one (its solution ends with ``infeasible``) is of category infeasible."""
-    feasible = solution[-1][0] != "infeasible"
-    return gui_task(task_id, split, category if feasible else "infeasible", instruction, pages, checks, solution,
-                    start=start, feasible=feasible)
-
-
 _SUPPORT = """
 <h1>Contact support</h1>
 <form id="f">
   <label>Your email <input name="email" type="email" autocomplete="off"></label>
-  <fieldset><legend>Topic</legend>
+  <fieldset aria-label="Topic">
     <label><input type="radio" name="topic" value="Billing"> Billing</label>
     <label><input type="radio" name="topic" value="Technical problem"> Technical problem</label>
     <label><input type="radio" name="topic" value="Account"> Account</label>
@@ -177,7 +182,8 @@ def _forms() -> list[EnvTask]:
 _DOC = """
 <h1 id="title">Project Apollo</h1>
 <p>Last edited 2 days ago by you.</p>
-<button id="mb" aria-label="Actions" aria-haspopup="menu" aria-expanded="false" aria-controls="m">&#8942; Actions</button>
+<button id="mb" aria-haspopup="menu" aria-expanded="false" aria-controls="m">
+  <span aria-hidden="true">&#8942;</span> Actions</button>
 <div role="menu" id="m" aria-label="Actions" hidden>
   <div role="menuitem" tabindex="-1" data-panel="rename">Rename</div>
   <div role="menuitem" tabindex="-1" data-panel="share">Share</div>
@@ -189,7 +195,8 @@ _DOC = """
 </section>
 <section id="share" aria-label="Share document" hidden>
   <label>Email address <input name="email" type="email" autocomplete="off"></label>
-  <label>Permission <select name="permission"><option>Viewer</option><option>Commenter</option><option>Editor</option></select></label>
+  <label>Permission <select name="permission">
+    <option>Viewer</option><option>Commenter</option><option>Editor</option></select></label>
   <button data-save="share">Send invite</button>
 </section>
 <section id="notify" aria-label="Notification settings" hidden>
@@ -202,7 +209,9 @@ _DOC = """
 _DOC_JS = """
 const mb = document.getElementById('mb'), menu = document.getElementById('m'), msg = document.getElementById('msg');
 const $ = (s) => document.querySelector(s);
-mb.addEventListener('click', () => { const open = menu.hidden; menu.hidden = !open; mb.setAttribute('aria-expanded', String(open)); });
+mb.addEventListener('click', () => {
+  const open = menu.hidden; menu.hidden = !open; mb.setAttribute('aria-expanded', String(open));
+});
 menu.querySelectorAll('[role=menuitem]').forEach(item => item.addEventListener('click', () => {
   menu.hidden = true; mb.setAttribute('aria-expanded', 'false');
   document.querySelectorAll('section').forEach(s => s.hidden = true);
@@ -210,9 +219,18 @@ menu.querySelectorAll('[role=menuitem]').forEach(item => item.addEventListener('
   document.getElementById(item.dataset.panel).hidden = false; msg.textContent = '';
 }));
 const save = {
-  rename() { const t = $('[name=title]').value.trim(); record('title', t); document.getElementById('title').textContent = t; return 'Renamed.'; },
-  share() { const e = $('[name=email]').value.trim(); record('shared_with', e); record('permission', $('[name=permission]').value); return 'Invite sent to ' + e + '.'; },
-  notify() { for (const k of ['comments', 'edits', 'weekly']) record('notify_' + k, $('[name=' + k + ']').checked); return 'Settings saved.'; },
+  rename() {
+    const t = $('[name=title]').value.trim(); record('title', t);
+    document.getElementById('title').textContent = t; return 'Renamed.';
+  },
+  share() {
+    const e = $('[name=email]').value.trim(); record('shared_with', e);
+    record('permission', $('[name=permission]').value); return 'Invite sent to ' + e + '.';
+  },
+  notify() {
+    for (const k of ['comments', 'edits', 'weekly']) record('notify_' + k, $('[name=' + k + ']').checked);
+    return 'Settings saved.';
+  },
 };
 document.querySelectorAll('[data-save]').forEach(b => b.addEventListener('click', () => {
   msg.textContent = save[b.dataset.save](); b.closest('section').hidden = true;
@@ -252,7 +270,9 @@ _EDITOR = """
   <div role="menuitemradio" tabindex="-1" aria-checked="true" data-key="font_size">Medium</div>
   <div role="menuitemradio" tabindex="-1" aria-checked="false" data-key="font_size">Large</div>
 </div>
-<div role="menu" id="help" aria-label="Help" hidden><div role="menuitem" tabindex="-1" data-act="about">About</div></div>
+<div role="menu" id="help" aria-label="Help" hidden>
+  <div role="menuitem" tabindex="-1" data-act="about">About</div>
+</div>
 <p id="msg" role="status">Theme: Light. Font size: Medium. Line numbers: shown.</p>
 <textarea aria-label="Note" rows="4">Buy milk</textarea>"""
 _EDITOR_JS = """
@@ -272,7 +292,8 @@ document.querySelectorAll('[data-open]').forEach(item => item.addEventListener('
 document.querySelectorAll('[data-key]').forEach(item => item.addEventListener('click', () => {
   const key = item.dataset.key;
   if (item.getAttribute('role') === 'menuitemradio') {
-    document.querySelectorAll('[data-key=' + key + ']').forEach(i => i.setAttribute('aria-checked', String(i === item)));
+    document.querySelectorAll('[data-key=' + key + ']')
+      .forEach(i => i.setAttribute('aria-checked', String(i === item)));
     record(key, item.textContent.trim());
   } else {
     const on = item.getAttribute('aria-checked') !== 'true';
@@ -288,10 +309,8 @@ document.querySelectorAll('[data-act]').forEach(item => item.addEventListener('c
 
 def _editor(task_id: str, split: str, instruction: str, checks: list[list], solution: list[list]) -> EnvTask:
     """A menubar with nested submenus (View > Theme > Dark) of radio and checkbox menu items."""
-    steps = [["click", "menuitem", s] if i < len(solution) - 1 and not s.startswith("!") else s for i, s in
-             enumerate(solution)] if False else solution
     return _variant(task_id, split, "menus", instruction, {"index.html": page("Notes editor", _EDITOR, _EDITOR_JS)},
-                    [*checks, ["nothing was exported", "exported", None]], steps)
+                    [*checks, ["nothing was exported", "exported", None]], solution)
 
 
 def _menus() -> list[EnvTask]:
@@ -317,13 +336,16 @@ def _menus() -> list[EnvTask]:
         _editor("gui-editor-dark", "train", "Switch the notes editor to the dark theme.",
                 [["the theme is Dark", "theme", "Dark"], ["the font size was left alone", "font_size", None]],
                 [view, ["click", "menuitem", "Theme"], ["click", "menuitemradio", "Dark"], ["done"]]),
-        _editor("gui-editor-large", "train", "In the notes editor, set the font size to Large and hide the line numbers.",
+        _editor("gui-editor-large", "train",
+                "In the notes editor, set the font size to Large and hide the line numbers.",
                 [["the font size is Large", "font_size", "Large"], ["line numbers are hidden", "line_numbers", False],
                  ["the theme was left alone", "theme", None]],
                 [view, ["click", "menuitem", "Font size"], ["click", "menuitemradio", "Large"], view,
                  ["click", "menuitemcheckbox", "Show line numbers"], ["done"]]),
-        _editor("gui-editor-contrast", "heldout", "Make the notes editor use the high contrast theme with a small font.",
-                [["the theme is High contrast", "theme", "High contrast"], ["the font size is Small", "font_size", "Small"],
+        _editor("gui-editor-contrast", "heldout",
+                "Make the notes editor use the high contrast theme with a small font.",
+                [["the theme is High contrast", "theme", "High contrast"],
+                 ["the font size is Small", "font_size", "Small"],
                  ["line numbers were left alone", "line_numbers", None]],
                 [view, ["click", "menuitem", "Theme"], ["click", "menuitemradio", "High contrast"], view,
                  ["click", "menuitem", "Font size"], ["click", "menuitemradio", "Small"], ["done"]]),
@@ -337,16 +359,20 @@ def _menus() -> list[EnvTask]:
 PRODUCTS = [  # name, category, price, in stock
     ("Blue Mug", "Mugs", 12, True), ("Sand Mug", "Mugs", 9, False), ("Red Mug", "Mugs", 11, True),
     ("Tall Mug", "Mugs", 14, True), ("Tiny Mug", "Mugs", 7, False), ("Stone Mug", "Mugs", 10, True),
-    ("Glass Mug", "Mugs", 16, True), ("Steel Kettle", "Kettles", 39, True), ("Retro Kettle", "Kettles", 45, False),
-    ("Glass Kettle", "Kettles", 52, True), ("Travel Kettle", "Kettles", 29, False), ("Smart Kettle", "Kettles", 79, True),
+    ("Glass Mug", "Mugs", 16, True), ("Steel Kettle", "Kettles", 39, True),
+    ("Retro Kettle", "Kettles", 45, False), ("Glass Kettle", "Kettles", 52, True),
+    ("Travel Kettle", "Kettles", 29, False), ("Smart Kettle", "Kettles", 79, True),
     ("Walnut Desk Lamp", "Lamps", 48, True), ("Arc Floor Lamp", "Lamps", 120, True), ("Clip Lamp", "Lamps", 22, True),
     ("Paper Lamp", "Lamps", 35, False), ("Brass Lamp", "Lamps", 140, False), ("Green Teapot", "Teapots", 24, True),
-    ("Cast Iron Teapot", "Teapots", 58, False), ("Glass Teapot", "Teapots", 31, True), ("Clay Teapot", "Teapots", 19, False),
+    ("Cast Iron Teapot", "Teapots", 58, False), ("Glass Teapot", "Teapots", 31, True),
+    ("Clay Teapot", "Teapots", 19, False),
 ]
 _SHOP = """
 <h1>Kitchen &amp; Home shop</h1>
 <label>Search products <input type="search" id="q" autocomplete="off"></label>
-<label>Category <select id="cat"><option>All</option><option>Mugs</option><option>Kettles</option><option>Lamps</option><option>Teapots</option></select></label>
+<label>Category <select id="cat">
+  <option>All</option><option>Mugs</option><option>Kettles</option><option>Lamps</option><option>Teapots</option>
+</select></label>
 <label><input type="checkbox" id="stock"> In stock only</label>
 <p id="count"></p>
 <div id="results"></div>
@@ -356,20 +382,31 @@ const PER_PAGE = 5, $ = (id) => document.getElementById(id);
 const cart = [];
 function show() {
   const q = $('q').value.trim().toLowerCase(), cat = $('cat').value, stock = $('stock').checked;
-  const hits = PRODUCTS.filter(p => p.name.toLowerCase().includes(q) && (cat === 'All' || p.category === cat) && (!stock || p.inStock))
-    .sort((a, b) => a.name.localeCompare(b.name));
-  $('count').textContent = hits.length ? 'Showing ' + Math.min(hits.length, PER_PAGE) + ' of ' + hits.length + ' results' : 'No results';
+  const hits = PRODUCTS.filter(p => p.name.toLowerCase().includes(q) && (cat === 'All' || p.category === cat)
+                                 && (!stock || p.inStock)).sort((a, b) => a.name.localeCompare(b.name));
+  $('count').textContent = !hits.length ? 'No results'
+    : 'Showing ' + Math.min(hits.length, PER_PAGE) + ' of ' + hits.length + ' results';
   $('results').replaceChildren(...hits.slice(0, PER_PAGE).map(p => {
-    const row = document.createElement('div'), text = document.createElement('span'), b = document.createElement('button');
+    const row = document.createElement('div'), text = document.createElement('span');
+    const b = document.createElement('button');
     text.textContent = p.name + ', $' + p.price + ', ' + (p.inStock ? 'in stock' : 'out of stock') + ' ';
-    b.textContent = 'Add to cart'; b.setAttribute('aria-label', 'Add ' + p.name + ' to cart'); b.disabled = !p.inStock;
+    b.innerHTML = '<span aria-hidden="true">Add to cart</span>';
+    b.setAttribute('aria-label', 'Add ' + p.name + ' to cart'); b.disabled = !p.inStock;
     b.addEventListener('click', () => { cart.push(p.name); record('cart', cart);
-      $('cart').textContent = 'Cart: ' + cart.length + (cart.length === 1 ? ' item' : ' items') + ' (' + cart.join(', ') + ')'; });
+      $('cart').textContent = 'Cart: ' + cart.length + (cart.length === 1 ? ' item' : ' items') +
+        ' (' + cart.join(', ') + ')';
+    });
     row.append(text, b); return row;
   }));
 }
-for (const id of ['q', 'cat', 'stock']) { $(id).addEventListener('input', show); $(id).addEventListener('change', show); }
-show();"""
+// only on a real change: a re-render when the searchbox loses focus would swallow the click that blurred it
+let shownFor = null;
+const update = () => {
+  const key = [$('q').value, $('cat').value, $('stock').checked].join('|');
+  if (key !== shownFor) { shownFor = key; show(); }
+};
+for (const id of ['q', 'cat', 'stock']) for (const e of ['input', 'change']) $(id).addEventListener(e, update);
+update();"""
 
 
 def _shop(task_id: str, split: str, instruction: str, cart: list[str] | None, solution: list[list]) -> EnvTask:
@@ -377,7 +414,8 @@ def _shop(task_id: str, split: str, instruction: str, cart: list[str] | None, so
     data = [{"name": n, "category": c, "price": p, "inStock": s} for n, c, p, s in PRODUCTS]
     pages = {"index.html": page("Shop", _SHOP, f"const PRODUCTS = {json.dumps(data)};" + _SHOP_JS)}
     return _variant(task_id, split, "search", instruction, pages,
-                    [["the cart holds exactly the right items" if cart else "nothing was added to the cart", "cart", cart]],
+                    [[("the cart holds exactly the right items" if cart else "nothing was added to the cart"),
+                      "cart", cart]],
                     solution)
 
 
@@ -388,9 +426,10 @@ def _search() -> list[EnvTask]:
         _shop("gui-shop-mug", "train", "Add the cheapest mug that is in stock to the cart.", ["Stone Mug"],
               [["select", "combobox", "Category", "Mugs"], ["click", "checkbox", "In stock only"], add("Stone Mug"),
                ["done"]]),
-        _shop("gui-shop-lamp", "train", "Add the most expensive lamp that is in stock to the cart.", ["Arc Floor Lamp"],
-              [["select", "combobox", "Category", "Lamps"], ["click", "checkbox", "In stock only"], add("Arc Floor Lamp"),
-               ["done"]]),
+        _shop("gui-shop-lamp", "train", "Add the most expensive lamp that is in stock to the cart.",
+              ["Arc Floor Lamp"],
+              [["select", "combobox", "Category", "Lamps"], ["click", "checkbox", "In stock only"],
+               add("Arc Floor Lamp"), ["done"]]),
         _shop("gui-shop-two", "train", "Add the Glass Teapot and the Walnut Desk Lamp to the cart, one of each.",
               ["Glass Teapot", "Walnut Desk Lamp"],
               [["type", "searchbox", "Search products", "Glass Teapot"], add("Glass Teapot"),
@@ -408,7 +447,8 @@ def _search() -> list[EnvTask]:
 _CARRY_JS = """
 const params = new URLSearchParams(location.search);
 document.querySelectorAll('form').forEach(f => params.forEach((v, k) => {
-  if (!f.elements[k]) { const i = document.createElement('input'); i.type = 'hidden'; i.name = k; i.value = v; f.append(i); }
+  if (f.elements.namedItem(k)) return;  // (not f.elements[k]: elements.item is a method)
+  const i = document.createElement('input'); i.type = 'hidden'; i.name = k; i.value = v; f.append(i);
 }));"""
 _CART = """
 <h1>Your cart</h1>
@@ -429,7 +469,7 @@ _SHIPPING = """
 <h1>Checkout: shipping method</h1>
 <p>Standard is free (5 to 7 days), Express costs $9 (2 days), Overnight costs $25.</p>
 <form method="get" action="review.html">
-  <fieldset><legend>Shipping method</legend>
+  <fieldset aria-label="Shipping method">
     <label><input type="radio" name="shipping" value="Standard" checked> Standard</label>
     <label><input type="radio" name="shipping" value="Express"> Express</label>
     <label><input type="radio" name="shipping" value="Overnight"> Overnight</label>
@@ -474,7 +514,8 @@ def _checkout(task_id: str, split: str, item: str, qty: int, shipping: str, name
          ["it goes to the right address", "ship_to", {"name": name, "address": address}],
          ["with the right shipping method", "shipping", shipping]],
         [*solution, *([["click", "radio", shipping]] if shipping != "Standard" else []),
-         ["click", "button", "Continue to review"], ["click", "button", "Place order"], ["done"]], start="cart.html")
+         ["click", "button", "Continue to review"], ["click", "button", "Place order"], ["done"]],
+        start="cart.html")
 
 
 TIMES = {"Fri 14 June": ["18:00", "19:30", "21:00"], "Sat 15 June": ["12:30", "19:30", "20:15"],
@@ -490,7 +531,7 @@ _TIMES = """
 <h1>Choose a time</h1>
 <p id="when"></p>
 <form method="get" action="details.html">
-  <fieldset id="times"><legend>Available times</legend></fieldset>
+  <fieldset id="times" aria-label="Available times"></fieldset>
   <button type="submit">Continue</button>
 </form>"""
 _TIMES_JS = """
@@ -498,7 +539,7 @@ const when = new URLSearchParams(location.search);
 document.getElementById('when').textContent = 'Tables for ' + when.get('party') + ' on ' + when.get('date') + ':';
 for (const t of TIMES[when.get('date')] || []) {
   const l = document.createElement('label'), r = document.createElement('input');
-  r.type = 'radio'; r.name = 'time'; r.value = t; r.required = true; l.append(r, ' ' + t);
+  r.type = 'radio'; r.name = 'time'; r.value = t; l.append(r, ' ' + t);
   document.getElementById('times').append(l);
 }"""
 _DETAILS = """
@@ -520,9 +561,11 @@ document.getElementById('confirm').addEventListener('click', e => {
 
 def _booking(task_id: str, split: str, date: str, time: str, party: int, name: str) -> EnvTask:
     """A three-page table booking: date and party size, then a time offered that day, then a name."""
-    pages = {"index.html": page("Book a table", _BOOK.format(dates="".join(f"<option>{d}</option>" for d in TIMES),
-                                                              sizes="".join(f"<option>{n}</option>" for n in range(1, 7)))),
-             "times.html": page("Choose a time", _TIMES, f"const TIMES = {json.dumps(TIMES)};" + _CARRY_JS + _TIMES_JS),
+    form = _BOOK.format(dates="".join(f"<option>{d}</option>" for d in TIMES),
+                        sizes="".join(f"<option>{n}</option>" for n in range(1, 7)))
+    pages = {"index.html": page("Book a table", form),
+             "times.html": page("Choose a time", _TIMES,
+                                f"const TIMES = {json.dumps(TIMES)};" + _CARRY_JS + _TIMES_JS),
              "details.html": page("Your details", _DETAILS, _DETAILS_JS)}
     instruction = f"Book a table for {party} at Luna on {date} at {time}, in the name of {name}."
     solution = [["select", "combobox", "Date", date], ["select", "combobox", "Party size", str(party)],
@@ -534,14 +577,17 @@ def _booking(task_id: str, split: str, date: str, time: str, party: int, name: s
                     [["the right day and time", "booking", {"date": date, "time": time}],
                      ["the right party size", "party", party], ["in the right name", "guest", name]],
                     [*solution, ["click", "radio", time], ["click", "button", "Continue"],
-                     ["type", "textbox", "Name for the booking", name], ["click", "button", "Confirm booking"], ["done"]])
+                     ["type", "textbox", "Name for the booking", name], ["click", "button", "Confirm booking"],
+                     ["done"]])
 
 
 def _flow() -> list[EnvTask]:
     return [
         _checkout("gui-checkout-ada", "train", "Blue Mug", 2, "Express", "Ada Lovelace", "12 Elm Street, Springfield"),
-        _checkout("gui-checkout-alan", "train", "Walnut Desk Lamp", 1, "Overnight", "Alan Turing", "3 Bletchley Road, Milton"),
-        _checkout("gui-checkout-grace", "heldout", "Green Teapot", 3, "Standard", "Grace Hopper", "9 Harbor Lane, Arlington"),
+        _checkout("gui-checkout-alan", "train", "Walnut Desk Lamp", 1, "Overnight", "Alan Turing",
+                  "3 Bletchley Road, Milton"),
+        _checkout("gui-checkout-grace", "heldout", "Green Teapot", 3, "Standard", "Grace Hopper",
+                  "9 Harbor Lane, Arlington"),
         _checkout("gui-checkout-drone", "train", "Red Mug", 1, "drone", "Ken Thompson", "5 Unix Way, Murray Hill"),
         _booking("gui-booking-sat", "train", "Sat 15 June", "19:30", 4, "Lin"),
         _booking("gui-booking-fri", "train", "Fri 14 June", "18:00", 2, "Moss"),
@@ -606,9 +652,10 @@ def _inbox(task_id: str, split: str, instruction: str, archived: list[str] | Non
 def _scroll() -> list[EnvTask]:
     down = ["scroll", "down"]
     return [
-        _inbox("gui-inbox-invoice", "train", 'Archive the message from Priya Nair about "Invoice 7781" (not the reminder).',
-               ["Invoice 7781"],
-               [down, ["click", "checkbox", "Priya Nair: Invoice 7781"], ["click", "button", "Archive selected"], ["done"]]),
+        _inbox("gui-inbox-invoice", "train",
+               'Archive the message from Priya Nair about "Invoice 7781" (not the reminder).', ["Invoice 7781"],
+               [down, ["click", "checkbox", "Priya Nair: Invoice 7781"], ["click", "button", "Archive selected"],
+                ["done"]]),
         _inbox("gui-inbox-tom", "heldout", "Archive both messages from Tom Reed.",
                ["Parking permit", "Parking permit renewed"],
                [["click", "checkbox", "Tom Reed: Parking permit"], down, down,
