@@ -78,6 +78,34 @@ def test_wrong_and_cut_short_episodes_never_earn_the_top_reward(task):
     assert reward < 1.0 if task.data["feasible"] else reward == -1.0
 
 
+# (task, {solution step: the wrong step, or None to leave it out}): each wrong episode still ends with `done`
+WRONG = [
+    ("gui-shop-mug", {("click", "button", "Add Stone Mug to cart"): ("click", "button", "Add Red Mug to cart")}),
+    ("gui-checkout-ada", {("click", "radio", "Express"): ("click", "radio", "Standard")}),
+    ("gui-booking-sat", {("click", "radio", "19:30"): ("click", "radio", "20:15")}),
+    ("gui-editor-dark", {("click", "menuitemradio", "Dark"): ("click", "menuitemradio", "High contrast")}),
+    ("gui-inbox-invoice", {("click", "checkbox", "Priya Nair: Invoice 7781"):
+                           ("click", "checkbox", "Quinn Adams: Survey results")}),
+    ("gui-support-login", {("click", "radio", "Technical problem"): ("click", "radio", "Account")}),
+    ("gui-docmenu-share", {("select", "combobox", "Permission", "Editor"): None}),  # left at its default
+]
+
+
+@pytest.mark.parametrize("task_id, edits", WRONG, ids=[w[0] for w in WRONG])
+def test_a_wrong_action_is_recorded_and_costs_the_top_reward(task_id, edits):
+    import dataclasses
+
+    task = get_task("gui", task_id)
+    solution = [list(edits.get(tuple(s), s)) for s in task.data["solution"] if edits.get(tuple(s), s) is not None]
+    assert len(solution) + sum(v is None for v in edits.values()) == len(task.data["solution"])
+    assert solution != task.data["solution"] and solution[-1] == ["done"]
+    wrong_task = dataclasses.replace(task, data={**task.data, "solution": solution})
+    env, results, reward = play(wrong_task, None)
+    assert results[-1].info["reason"] == "done" and -1.0 < reward < 1.0  # partial credit, never the top
+    failed = [c for c in env.checks if not c.passed]
+    assert failed and all(c.description != "the agent said done" for c in failed)
+
+
 def test_actions_that_cannot_run_say_why_and_the_episode_goes_on(tmp_path):
     task = get_task("gui", "gui-signup-ada")
     with make_env("gui", max_turns=6) as env:
@@ -102,6 +130,36 @@ def test_actions_that_cannot_run_say_why_and_the_episode_goes_on(tmp_path):
         with pytest.raises(RuntimeError, match="episode is over"):
             env.step("done")
         assert env.outcome() == -1.0
+
+
+def test_actions_after_one_that_loads_a_new_page_are_not_run():
+    task = get_task("gui", "gui-checkout-ada")
+    with make_env("gui") as env:
+        env.reset(task)
+        proceed = next(line.id for line in env.lines if line.text == 'button "Proceed to checkout"')
+        r = env.step(f"click [{proceed}]\nclick [{proceed}]\ndone")
+        assert "a new page loaded, so the 2 action(s) after this one were not run" in r.observation
+        assert not r.done and env.ending is None
+        assert "url=/address.html" in env.lines[0].text and 'textbox "Full name"' in r.observation
+
+
+def test_a_link_that_would_open_another_tab_opens_in_the_episodes_tab():
+    from slime_ext.envs.base import EnvTask
+
+    pages = {"index.html": "<html><head><title>A</title></head><body><a href='b.html' target='_blank'>next</a>"
+                           "<button onclick=\"window.open('b.html')\">pop</button></body></html>",
+             "b.html": "<html><head><title>B</title></head><body><button onclick=\"record('ok', 1)\">finish</button>"
+                       "</body></html>"}
+    task = EnvTask("gui-tabs", "gui", "train", "Finish.", {"pages": pages, "start": "index.html",
+                                                          "checks": [["finished", "ok", 1]], "feasible": True})
+    for opener in ('link "next"', 'button "pop"'):
+        with make_env("gui") as env:
+            env.reset(task)
+            r = env.step(f"click [{next(line.id for line in env.lines if line.text == opener)}]")
+            assert env.lines[0].text.startswith('page "B"'), r.observation
+            finish = next(line.id for line in env.lines if line.text == 'button "finish"')
+            env.step(f"click [{finish}]\ndone")
+            assert env.outcome() == 1.0
 
 
 def test_next_state_is_the_tree_diff_and_task_progress():

@@ -37,7 +37,8 @@ INSTALL_HINT = "install Debian's chromium with `make browser` (apt-get install c
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
          "--no-default-browser-check", "--disable-background-networking", "--disable-component-update",
          "--disable-sync", "--disable-quic", "--disable-extensions", "--disable-features=Translate,MediaRouter",
-         "--mute-audio", "--hide-scrollbars", "--password-store=basic",
+         "--mute-audio", "--hide-scrollbars", "--password-store=basic", "--disable-background-timer-throttling",
+         "--disable-renderer-backgrounding", "--disable-backgrounding-occluded-windows",
          "--proxy-server=127.0.0.1:9")  # loopback bypasses a proxy; everything else hits a closed port
 WINDOW = (1024, 768)
 
@@ -298,6 +299,7 @@ class Page:
         self._loading = threading.Event()  # set while the main frame is navigating
         self._loaded = threading.Event()
         self._loaded.set()
+        self.loads = 0  # main-frame loads started so far: a changed count means the page was replaced
         browser.conn.listen(session, self._on_event)
         for domain in ("Page", "DOM", "Accessibility", "Runtime"):
             self.send(f"{domain}.enable")
@@ -311,6 +313,8 @@ class Page:
             if method == "Page.frameStartedLoading" or params.get("disposition", "currentTab") == "currentTab":
                 self._loaded.clear()
                 self._loading.set()
+            if method == "Page.frameStartedLoading":
+                self.loads += 1
         elif method == "Page.frameStoppedLoading":
             self._loading.clear()
             self._loaded.set()
@@ -332,14 +336,15 @@ class Page:
         self.settle(timeout)
 
     def settle(self, timeout: float = 10.0, quiet_s: float = 0.05) -> None:
-        """Wait until a navigation the last action started has loaded and the page has painted a frame."""
+        """Wait until a navigation the last action started has loaded and its scripts have had a turn."""
         time.sleep(quiet_s)  # a click's navigation is requested within this
         if not self._loaded.wait(timeout):
             raise BrowserError(f"the page did not finish loading in {timeout:g} s")
         deadline = time.monotonic() + timeout
         while True:
             try:
-                self.evaluate("new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)))", timeout=timeout)
+                # a task after the load's own: its handlers have run (no requestAnimationFrame: a hidden page has none)
+                self.evaluate("new Promise(r => setTimeout(r, 0))", timeout=timeout)
                 return
             except BrowserError:  # the context went away mid-navigation: wait for the new one
                 if time.monotonic() > deadline:

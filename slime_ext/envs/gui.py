@@ -7,7 +7,7 @@ node, ``[id] role "name" value=... states``; ids stay the same for a node all ep
 
 Actions. One per line, anywhere in the message (code fences allowed); lines that are not actions are
 ignored, so the model may think aloud first. At most ``MAX_ACTIONS`` run per message, in order, stopping at
-the first that fails:
+the first that fails or that loads a new page (the ids after it were written for the old one):
 
     click [ID]                 a real mouse click on the node (an option of a drop-down list is chosen)
     type [ID] "TEXT"           replace a text field's content with TEXT
@@ -237,20 +237,24 @@ class GuiEnv(SandboxedEpisode):
         results: list[str] = []
         if not actions:
             info["format_error"] = True
-        for action in actions:
+        for i, action in enumerate(actions):
             if action.verb in ("done", "infeasible"):
                 self.ending = action.verb
                 self.done, info["reason"] = True, action.verb
                 results.append(f"you declared the task {'complete' if action.verb == 'done' else 'infeasible'}")
                 break
+            loads = self.sandbox.loads
             ok, text = self._apply(action)
             results.append(text)
+            self.sandbox.settle()
+            self.lines = self._tree()  # the next action's ids are checked against the page as it is now
             if not ok:
                 info["action_error"] = True
                 break
-        if any(a.verb not in ("done", "infeasible") for a in actions):
-            self.sandbox.settle()
-            self.lines = self._tree()
+            if self.sandbox.loads != loads and i + 1 < len(actions):
+                results.append(f"a new page loaded, so the {len(actions) - i - 1} action(s) after this one were "
+                               "not run: read the new page's ids first")
+                break
         info["actions"] = [str(a) for a in actions]
         checks = check_state(self.state(), self.task.data["checks"])
         info["progress"] = f"{sum(c.passed for c in checks)}/{len(checks)}"

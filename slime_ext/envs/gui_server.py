@@ -4,7 +4,8 @@
 returns a ``Site`` whose ``close()`` withdraws them. Tokens are random, so concurrent episodes of the same
 task never share URLs. Every HTML page gets ``RECORD_JS`` injected at the top of its ``<head>``: the pages
 call ``record(key, value)`` to note what the user did (a submitted form, a chosen option), and the checker
-reads it back with ``STATE_JS``. The record lives in the tab's ``sessionStorage``, so it survives the
+reads it back with ``STATE_JS``; it also keeps the episode in one tab (a link or ``window.open`` that would open
+another tab opens in this one). The record lives in the tab's ``sessionStorage``, so it survives the
 page-to-page navigation of multi-step flows and dies with the episode's browser context.
 
 Only GET is served, only on 127.0.0.1; unknown paths are 404. Nothing is logged per request.
@@ -25,6 +26,11 @@ window.record = function (key, value) {
   sessionStorage.setItem('__task', JSON.stringify(s));
 };
 window.recorded = function (key) { return JSON.parse(sessionStorage.getItem('__task') || '{}')[key]; };
+// one tab per episode: links and window.open that would open another tab open in this one
+document.addEventListener('click', e => {
+  const a = e.target.closest && e.target.closest('a[target]'); if (a) a.removeAttribute('target');
+}, true);
+window.open = function (url) { if (url) location.href = url; return window; };
 </script>"""
 STATE_JS = "JSON.parse(sessionStorage.getItem('__task') || '{}')"
 
