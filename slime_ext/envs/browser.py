@@ -156,6 +156,8 @@ class Browser:
         self.start_s = 0.0
         self.version = ""
         self._profile: str | None = None
+        self._spare: Future | None = None  # the next new_page's tab, being made in the background
+        self._spare_lock = threading.Lock()
 
     def start(self, timeout: float = 30.0) -> Browser:
         t0 = time.monotonic()
@@ -205,7 +207,37 @@ class Browser:
         return self.conn.send(method, params, session_id, timeout)
 
     def new_page(self) -> Page:
-        """A blank tab in a fresh browser context."""
+        """A blank tab in a fresh browser context. One more is made ready in the background for the next call
+        (a context with its renderer takes a few hundred ms), so an episode's start seldom waits for one."""
+        with self._spare_lock:
+            spare, self._spare = self._spare, None
+        page = None
+        if spare is not None:
+            try:
+                page = spare.result(timeout=30)
+            except (BrowserError, TimeoutError):
+                page = None
+        if page is None:
+            page = self._make_page()
+        self._make_spare()
+        return page
+
+    def _make_spare(self) -> None:
+        fut: Future = Future()
+        with self._spare_lock:
+            if self._spare is not None or not self.alive:
+                return
+            self._spare = fut
+
+        def make() -> None:
+            try:
+                fut.set_result(self._make_page())
+            except Exception as e:  # noqa: BLE001 (handed to whoever takes the spare)
+                fut.set_exception(e)
+
+        threading.Thread(target=make, name="spare-page", daemon=True).start()
+
+    def _make_page(self) -> Page:
         context = self.send("Target.createBrowserContext", {"disposeOnDetach": True})["browserContextId"]
         try:
             target = self.send("Target.createTarget", {"url": "about:blank", "browserContextId": context,
@@ -218,6 +250,10 @@ class Browser:
 
     def close(self) -> None:
         """Ask the browser to quit, then make sure it has; remove its profile. Idempotent."""
+        with self._spare_lock:
+            spare, self._spare = self._spare, None
+        if spare is not None and spare.done() and spare.exception() is None:
+            spare.result().close()
         if self.conn is not None and not self.conn.closed:
             try:
                 self.conn.send("Browser.close", timeout=5)
