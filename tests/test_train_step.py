@@ -6,7 +6,7 @@ import torch
 from slime_ext.algorithms import PolicyLossConfig
 from slime_ext.logprobs import teacher_forced_logprobs
 from slime_ext.models import resolve_model
-from slime_ext.trainers.step import collate, response_logprobs, train_step
+from slime_ext.trainers.step import collate, response_logprobs, train_step, trained_logprobs
 from slime_ext.types import Sample
 
 
@@ -41,6 +41,29 @@ def test_logprobs_match_the_recording_and_padding_does_not_matter(model_dir):
     assert torch.allclose(lp[0, :3], torch.tensor(a.rollout_log_probs), atol=1e-4)
     assert torch.allclose(lp[1, :5], torch.tensor(b.rollout_log_probs), atol=1e-4)
     assert lp[0, 3:].abs().sum() == 0
+
+
+def test_logprobs_at_trained_positions_only_equal_the_full_computation_with_the_same_gradient(model_dir):
+    model = load(model_dir)
+    a = make_sample(model, [5, 6, 7, 8], [100, 200, 300, 400, 500, 600], 1)
+    b = make_sample(model, [9, 10], [700, 800, 900], -1)
+    a.loss_mask = [1, 0, 0, 1, 1, 0]  # an agent episode: observation tokens masked out
+    c = make_sample(model, [11], [12, 13], 1)
+    c.loss_mask = [0, 0]              # nothing trained in this one
+    batch = collate([a, b, c])
+    grads = []
+    for fn in (response_logprobs, trained_logprobs):
+        model.zero_grad()
+        lp = fn(model, batch)
+        (lp * torch.arange(1, lp.numel() + 1, dtype=torch.float32).view_as(lp)).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+        if fn is response_logprobs:
+            full = lp.detach()
+        else:
+            assert torch.allclose(lp.detach(), full, atol=1e-5)
+    assert full[0, 1] == 0 and full[0, 3] != 0 and full[2].abs().sum() == 0
+    assert len(grads[0]) == len(grads[1]) > 0
+    assert all(torch.allclose(g0, g1, rtol=1e-4, atol=1e-4 * g0.abs().max().item()) for g0, g1 in zip(*grads))
 
 
 @pytest.mark.parametrize("lora", [False, True])

@@ -125,6 +125,24 @@ def response_logprobs(model, batch: Batch) -> torch.Tensor:
     return target_logprobs_of(response_logits(model, batch), batch)
 
 
+def trained_logprobs(model, batch: Batch) -> torch.Tensor:
+    """``target_logprobs_of(response_logits(model, batch), batch)`` (same values, same gradient) computed
+    only where ``response_mask`` > 0: logits are made for the trained positions alone. An agent episode's
+    response is mostly observation tokens (mask 0), and ``[T, vocab]`` fp32 logits over all of them are
+    gigabytes."""
+    hidden = model.get_decoder()(input_ids=batch.tokens, attention_mask=batch.attention_mask).last_hidden_state
+    head = model.get_output_embeddings().weight.float()
+    out = hidden.new_zeros(batch.response_mask.shape, dtype=torch.float32)
+    for i, start in enumerate(batch.response_start):
+        pos = torch.nonzero(batch.response_mask[i] > 0)[:, 0]
+        if len(pos) == 0:
+            continue
+        logits = output_logits(hidden[i, start - 1 + pos], head)  # position p predicts token p + 1
+        lp = gather_log_softmax(logits[None], batch.tokens[i, start + pos][None, :, None])[0, :, 0]
+        out = out.index_put((torch.full_like(pos, i), pos), lp)
+    return out
+
+
 def train_step(model, optimizer, samples: list[Sample], config: PolicyLossConfig | None = None,
                *, micro_batch_size: int = 4, max_grad_norm: float = 1.0, pad_id: int = 0,
                baseline: float = 0.0, reference: Callable[[Batch], torch.Tensor] | None = None,
@@ -147,8 +165,11 @@ def train_step(model, optimizer, samples: list[Sample], config: PolicyLossConfig
         if reference is not None and config.kl_coef:
             with torch.no_grad():
                 ref = reference(batch)
-        logits = response_logits(model, batch)
-        logp = target_logprobs_of(logits, batch)
+        if topk_coef and batch.teacher_topk is not None:  # the distillation term needs every position's logits
+            logits = response_logits(model, batch)
+            logp = target_logprobs_of(logits, batch)
+        else:
+            logp = trained_logprobs(model, batch)
         loss, metrics = policy_loss(logp, batch.rollout_logprobs, batch.advantages, batch.response_mask, config,
                                     ref_logprobs=ref)
         if topk_coef and batch.teacher_topk is not None:
