@@ -280,8 +280,8 @@ def test_checker_is_not_blocked_by_a_fifo():
 # ----------------------------------------------------------------------------- registry
 def test_registry_errors_name_the_known_settings_and_ids():
     assert isinstance(make_env("terminal", max_turns=2), Env)
-    with pytest.raises(ValueError, match="unknown setting 'gui'; known settings: .*terminal"):
-        list_tasks("gui")
+    with pytest.raises(ValueError, match="unknown setting 'nosuch'; known settings: .*terminal"):
+        list_tasks("nosuch")
     with pytest.raises(ValueError, match="did you mean term-count-lines"):
         get_task("terminal", "term-count-line")
     with pytest.raises(ValueError, match="split must be"):
@@ -331,5 +331,5 @@ def test_cli_list_and_errors():
     assert {r[0] for r in rows} == {t.id for t in TASKS} and {r[1] for r in rows} == {"train", "heldout"}
     proc = _cli("list", "--setting", "terminal", "--split", "heldout")
     assert {line.split("\t")[1] for line in proc.stdout.splitlines()} == {"heldout"}
-    proc = _cli("play", "--setting", "gui", "--task", "x")
-    assert proc.returncode == 2 and "unknown setting 'gui'; known settings: " in proc.stderr and "terminal" in proc.stderr
+    proc = _cli("play", "--setting", "nosuch", "--task", "x")
+    assert proc.returncode == 2 and "unknown setting 'nosuch'; known settings: " in proc.stderr and "terminal" in proc.stderr

@@ -123,7 +123,7 @@ def train(settings: RunSettings, out_dir: Path, steps: int = 4, episodes: int = 
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     # Agent episodes are long (a 6-turn GUI episode is ~4-5k tokens): recompute each layer's activations in
     # the backward pass instead of keeping them all (measured on smollm2, one 4.6k-token episode: 14.5 GB
-    # peak without, 7.8 GB with, 25% slower).
+    # peak without, 7.8 GB with, 25% slower; 6.0 GB once train_step made logits at trained positions only).
     if hasattr(base, "activation_checkpointing_enable"):  # transformers' new name (the old one warns)
         base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     else:
