@@ -332,8 +332,7 @@ class Page:
 
     def __init__(self, browser: Browser, context: str, target: str, session: str):
         self.browser, self.context, self.target, self.session = browser, context, target, session
-        self._loading = threading.Event()  # set while the main frame is navigating
-        self._loaded = threading.Event()
+        self._loaded = threading.Event()  # clear while the main frame is navigating
         self._loaded.set()
         self.loads = 0  # main-frame loads started so far: a changed count means the page was replaced
         browser.conn.listen(session, self._on_event)
@@ -348,11 +347,9 @@ class Page:
         if method in ("Page.frameRequestedNavigation", "Page.frameStartedLoading") and not params.get("parentId"):
             if method == "Page.frameStartedLoading" or params.get("disposition", "currentTab") == "currentTab":
                 self._loaded.clear()
-                self._loading.set()
             if method == "Page.frameStartedLoading":
                 self.loads += 1
         elif method == "Page.frameStoppedLoading":
-            self._loading.clear()
             self._loaded.set()
         elif method == "Page.javascriptDialogOpening":  # an alert would block the page: accept it
             threading.Thread(target=self._dismiss, daemon=True).start()
@@ -365,7 +362,6 @@ class Page:
 
     def navigate(self, url: str, timeout: float = 15.0) -> None:
         self._loaded.clear()
-        self._loading.set()
         reply = self.send("Page.navigate", {"url": url}, timeout)
         if reply.get("errorText"):
             raise BrowserError(f"could not open {url}: {reply['errorText']}")
