@@ -6,7 +6,13 @@ import torch
 from slime_ext.algorithms import PolicyLossConfig
 from slime_ext.logprobs import teacher_forced_logprobs
 from slime_ext.models import resolve_model
-from slime_ext.trainers.step import collate, response_logprobs, train_step, trained_logprobs
+from slime_ext.trainers.step import (
+    collate,
+    response_logits,
+    response_logprobs,
+    target_logprobs_of,
+    train_step,
+)
 from slime_ext.types import Sample
 
 
@@ -52,12 +58,15 @@ def test_logprobs_at_trained_positions_only_equal_the_full_computation_with_the_
     c.loss_mask = [0, 0]              # nothing trained in this one
     batch = collate([a, b, c])
     grads = []
-    for fn in (response_logprobs, trained_logprobs):
+    def full_logits(m, b):  # every response position's logits, then masked
+        return target_logprobs_of(response_logits(m, b), b)
+
+    for fn in (full_logits, response_logprobs):
         model.zero_grad()
         lp = fn(model, batch)
         (lp * torch.arange(1, lp.numel() + 1, dtype=torch.float32).view_as(lp)).sum().backward()
         grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
-        if fn is response_logprobs:
+        if fn is full_logits:
             full = lp.detach()
         else:
             assert torch.allclose(lp.detach(), full, atol=1e-5)

@@ -121,15 +121,10 @@ def target_logprobs_of(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
 
 
 def response_logprobs(model, batch: Batch) -> torch.Tensor:
-    """Log-probs ``[B, T]`` of each sample's response tokens under ``model`` (0 past the end)."""
-    return target_logprobs_of(response_logits(model, batch), batch)
-
-
-def trained_logprobs(model, batch: Batch) -> torch.Tensor:
-    """``target_logprobs_of(response_logits(model, batch), batch)`` (same values, same gradient) computed
-    only where ``response_mask`` > 0: logits are made for the trained positions alone. An agent episode's
-    response is mostly observation tokens (mask 0), and ``[T, vocab]`` fp32 logits over all of them are
-    gigabytes."""
+    """Log-probs ``[B, T]`` of the response tokens under ``model`` where ``response_mask`` > 0, 0 elsewhere:
+    ``target_logprobs_of(response_logits(model, batch), batch)`` (same values, same gradient) with logits
+    made for the trained positions alone. An agent episode's response is mostly observation tokens (mask 0),
+    and ``[T, vocab]`` fp32 logits over all of them are gigabytes."""
     hidden = model.get_decoder()(input_ids=batch.tokens, attention_mask=batch.attention_mask).last_hidden_state
     head = model.get_output_embeddings().weight.float()
     out = hidden.new_zeros(batch.response_mask.shape, dtype=torch.float32)
@@ -169,7 +164,7 @@ def train_step(model, optimizer, samples: list[Sample], config: PolicyLossConfig
             logits = response_logits(model, batch)
             logp = target_logprobs_of(logits, batch)
         else:
-            logp = trained_logprobs(model, batch)
+            logp = response_logprobs(model, batch)
         loss, metrics = policy_loss(logp, batch.rollout_logprobs, batch.advantages, batch.response_mask, config,
                                     ref_logprobs=ref)
         if topk_coef and batch.teacher_topk is not None:
