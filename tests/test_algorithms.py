@@ -14,6 +14,7 @@ from slime_ext.algorithms import (
     policy_loss,
     staleness_filter,
 )
+from slime_ext.algorithms.staleness import catchup_size, staleness_metrics
 
 
 def leaf(values):
@@ -118,11 +119,47 @@ def test_kl_and_entropy_terms():
     assert loss.item() == pytest.approx(0.1 * sum(kl) / 2 - 0.01 * 1.0)
 
 
-def test_staleness_cap_drops_old_samples_with_a_reason():
-    reasons = staleness_filter([5, 4, 2, 1, 6], current_version=5, max_staleness=3)
-    assert reasons[:3] == [None, None, None]
-    assert "4 versions ago" in reasons[3] and "cap 3" in reasons[3]
-    assert "newer" in reasons[4]
+def test_age_never_drops_a_sample_a_newer_version_does():
+    reasons = staleness_filter([5, 4, 2, -100, 6], current_version=5)
+    assert reasons[:4] == [None] * 4
+    assert reasons[4].startswith("newer than the trainer:") and "version 6" in reasons[4]
+
+
+def test_catchup_size_trains_a_backlog_before_it_ages_past_the_cap():
+    assert catchup_size([0, 0, 1], batch_size=4, max_staleness=4) == 4  # no backlog: one batch
+    assert catchup_size([0] * 200, batch_size=4, max_staleness=4) == 40  # 5 steps of 40: ages 0..4
+    assert catchup_size([3] * 20, batch_size=4, max_staleness=4) == 10  # 2 steps left for each
+    assert catchup_size([0] * 10, batch_size=4, max_staleness=0) == 10  # strictly fresh: all at once
+    assert catchup_size([9] + [0] * 6, batch_size=4, max_staleness=4) == 4  # past the cap: sets no bound
+    for ages, cap in (([0] * 37 + [2] * 50 + [1] * 13, 4), ([5, 4, 4, 3, 0, 0, 1] * 9, 5)):
+        n = catchup_size(ages, 4, cap)  # simulate: turn k is trained in step k // n
+        assert all(age + k // n <= cap for k, age in enumerate(ages) if age <= cap)
+        assert any(age + k // (n - 1) > cap for k, age in enumerate(ages) if age <= cap) or n == 4  # the smallest
+
+
+def test_staleness_metrics():
+    assert staleness_metrics([0, 2, 7], 4) == {"staleness_mean": 3.0, "staleness_max": 7, "over_cap_turns": 1}
+    assert staleness_metrics([], 4)["staleness_max"] == 0
+
+
+@pytest.mark.parametrize("ratio, adv, grad", [
+    (5.0, -1.0, 0.0),  # a stale token the policy now prefers 5x, judged bad: capped at ratio_cap, no gradient
+    (2.0, -1.0, 2.0),  # under the cap: the plain ratio-weighted gradient (PPO keeps it for A < 0)
+    (5.0, 1.0, 0.0),  # judged good: PPO's own clip already holds it
+    (0.1, 1.0, -0.1),  # the policy moved away: down-weighted by the ratio, not dropped
+])
+def test_dual_clip_bounds_the_ratio_of_stale_tokens(ratio, adv, grad):
+    behaviour = torch.tensor([[-2.0]], dtype=torch.float64)
+    logp = leaf([[-2.0 + math.log(ratio)]])
+    loss, m = policy_loss(logp, behaviour, torch.tensor([[adv]], dtype=torch.float64), torch.ones(1, 1))
+    loss.backward()
+    assert logp.grad.item() == pytest.approx(grad)
+    assert m["dual_clip_fraction"].item() == (1.0 if ratio > 3 and adv < 0 else 0.0)
+    if ratio > 3 and adv < 0:
+        assert loss.item() == pytest.approx(3.0)
+    off, _ = policy_loss(logp, behaviour, torch.tensor([[adv]], dtype=torch.float64), torch.ones(1, 1),
+                         PolicyLossConfig(ratio_cap=None))
+    assert off.item() == pytest.approx(-min(ratio * adv, min(max(ratio, 0.8), 1.28) * adv))
 
 
 def test_combined_advantages_opd_rl_and_their_absence():

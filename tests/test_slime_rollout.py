@@ -152,3 +152,34 @@ def test_evaluation_reports_recent_judged_turns_without_taking_them(sglang_sourc
     assert data["truncated"] == [True, True]
     assert all(s.status == Sample.Status.TRUNCATED for s in data["samples"])
     assert src.store.counts()["trained_turns"] == 0  # evaluation hands nothing out
+
+
+def test_a_backlog_older_than_the_cap_is_handed_to_slime_not_dropped(tmp_path):
+    """Slime's rollout takes the embedded trainer's rule: 12 judged turns sampled by version 0 and
+    handed out at version 10 (max_staleness 4) are samples, not drops; their age is in the metrics."""
+    from transformers import AutoTokenizer
+
+    from slime_ext.models import resolve_model
+    from slime_ext.types import Turn
+
+    cfg = ServeConfig(model="tiny", port=0, run_dir=str(tmp_path / "run"), method="binary", judge="heuristic",
+                      max_staleness=4)
+    src = LiveSource(cfg, SimpleNamespace(policy_version=10), AutoTokenizer.from_pretrained(str(resolve_model("tiny"))))
+    for i in range(12):
+        sid = f"s{i}"
+        src.store.create_session(sid, None, "inferred")
+        src.store.insert_turn(Turn(session_id=sid, index=0, main_line=True, reason="test", request_id=f"r{i}",
+                                   prompt_token_ids=[5, 6 + i], response_token_ids=[7, 8], response_logprobs=[-1.0, -2.0],
+                                   response_text="x", policy_version=0, policy_version_end=0, finish_reason="stop",
+                                   messages=[], reply_key=sid))
+        src.store.set_next_state(sid, 0, "thanks", "user")
+        src.store.record_verdict(sid, 0, [1, -1, 0][i % 3], [(1, "t")])
+    try:
+        taken = [src.take(4, r, timeout_s=1.0) for r in (10, 11)]
+        assert [len(t) for t in taken] == [4, 4]
+        counts = src.store.counts()
+        assert counts["dropped_by_reason"] == {"verdict 0 (ambiguous)": 4} and counts["trained_turns"] == 8
+        m = src.metrics(taken[0])
+        assert m["openclaw/staleness_max"] == 10 and m["openclaw/over_cap_turns"] == 4
+    finally:
+        src.store.close()

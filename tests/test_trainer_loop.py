@@ -57,8 +57,9 @@ def test_step_trains_marks_drops_and_the_checkpoint_swaps_in(tmp_path, lora_rank
     assert metrics["version"] == 1 and abs(metrics["ratio_mean"] - 1) < 1e-4  # on-policy first step
     turns = turns_by_session(store)
     assert {k for k, t in turns.items() if t["trained_in_version"] == 1} == {"good1", "bad1", "good2", "bad2"}
-    assert "ambiguous" in turns["meh"]["dropped"] and "stale" in turns["old"]["dropped"]
-    assert trainer.step() is None  # nothing left to train on
+    assert "ambiguous" in turns["meh"]["dropped"]
+    assert turns["old"]["dropped"] is None and turns["old"]["trained_in_version"] is None  # too old: waits, not dropped
+    assert trainer.step() is None  # one usable turn waits: less than a batch
 
     async def scores():
         eng = LocalEngine(model_dir, dtype="float32", threads=1)
@@ -190,7 +191,7 @@ def test_opd_step_stores_teacher_logprobs_and_pulls_towards_the_teacher(tmp_path
     turns = turns_by_session(store)
     assert {k for k, t in turns.items() if t["trained_in_version"]} == {f"hinted{i}" for i in range(4)}
     assert all(t["dropped"] for k, t in turns.items() if not k.startswith("hinted"))
-    assert turns["good1"]["dropped"] == "no hint: not judged for hints" and "stale" in turns["old"]["dropped"]
+    assert turns["good1"]["dropped"] == turns["old"]["dropped"] == "no hint: not judged for hints"
     assert all(len(turns[f"hinted{i}"]["teacher_logprobs"]) == 3 for i in range(4))
     if distill == "token":  # the step moved each token's log-prob the way teacher - rollout points
         moved = 0.0
@@ -205,3 +206,53 @@ def test_opd_step_stores_teacher_logprobs_and_pulls_towards_the_teacher(tmp_path
     else:  # the top-k reverse KL to the teacher went down: train on the same turns again and compare
         store.mark_trained([(f"hinted{i}", 0) for i in range(4)], None)
         assert trainer.step()["topk_kl"] < m["topk_kl"]
+
+
+def test_a_200_turn_backlog_at_restart_is_trained_not_dropped_as_stale(tmp_path):
+    """After a crash, 200 judged turns sampled by version 0 wait for a trainer that takes 4 per
+    version: none may age past --max-staleness while it waits. Only turns without a signal
+    (verdict 0 for Binary RL) are dropped, each with its reason."""
+    from transformers import AutoModelForCausalLM
+
+    from slime_ext.trainers.loop import wrap_lora
+
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(resolve_model("tiny"), dtype=torch.float32)
+    store = Store(tmp_path / "run")
+    verdicts = [1, -1, 1, 0, -1]  # one in five ambiguous: no signal for Binary RL
+    for i in range(200):
+        record(store, base, f"s{i}", [100 + i % 50, 7], [300 + i % 97], verdicts[i % 5])
+    cfg = TrainerConfig(method="binary", batch_size=4, lr=1e-3, lora_rank=4, lora_alpha=8, max_staleness=4,
+                        micro_batch_size=40, keep_checkpoints=1)
+    trainer = OnlineTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg)
+    steps = []
+    for _ in range(60):  # as the trainer process does: step again while turns wait
+        m = trainer.step()
+        if m is not None:
+            steps.append(m)
+        elif store.counts()["waiting_to_train"] == 0:
+            break
+    counts = store.counts()
+    assert counts["dropped_by_reason"] == {"verdict 0 (ambiguous)": 40}  # nothing dropped as stale
+    assert counts["trained_turns"] == 160 and counts["waiting_to_train"] == 0
+    assert sum(m["turns"] for m in steps) == 160
+    # the staleness each step trained at is in its metrics (and its checkpoint), within the cap
+    assert all(0 <= m["staleness_mean"] <= m["staleness_max"] <= cfg.max_staleness for m in steps)
+    assert max(m["staleness_max"] for m in steps) == len(steps) - 1
+
+
+def test_a_turn_older_than_the_cap_is_trained_with_its_staleness_in_the_metrics(tmp_path):
+    from slime_ext.trainers.loop import wrap_lora
+
+    _, base, store, _, _ = setup(tmp_path)
+    for i in range(3):
+        record(store, base, f"new{i}", [71, 72 + i], [7000 + i], 1)
+    cfg = TrainerConfig(batch_size=4, lr=1e-3, lora_rank=4, lora_alpha=8, max_staleness=4)
+    trainer = OnlineTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg)
+    assert trainer.step()["over_cap_turns"] == 0
+    m = trainer.step()  # at version 1: "old" (version -10) and the three new turns (version 0)
+    assert m["turns"] == 4 and m["over_cap_turns"] == 1 and m["staleness_max"] == 11
+    assert m["staleness_mean"] == 14 / 4 and "dual_clip_fraction" in m
+    assert turns_by_session(store)["old"]["trained_in_version"] == 2
+    state = (tmp_path / "run" / "checkpoints" / "v000002" / "trainer_state.json").read_text()
+    assert '"staleness_max": 11' in state

@@ -6,6 +6,11 @@ tokens. Terms, per token:
   ratio  = exp(logp - old)          old = the behaviour log-probs recorded at sampling time, or a
                                     proximal policy's when ``proximal_logprobs`` is given
   pg     = -min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A)
+           and, where A < 0, at most ratio_cap * |A| (dual clip, Ye et al. 2020): the one side PPO's
+                                    clip leaves open, a token the policy now prefers far more than
+                                    its sampler did. With both bounds no token of a sample, however
+                                    stale, weighs more than max(1 + eps_high, ratio_cap) x |A|, so
+                                    old samples are corrected, never dropped (see staleness.py)
   tis    = min(exp(old - behaviour), tis_cap)   only with a proximal policy (decoupled PPO):
                                     truncated importance weight for the behaviour/proximal gap
   kl     = exp(ref - logp) - (ref - logp) - 1   k3 estimator of KL(current || reference) >= 0
@@ -31,6 +36,7 @@ class PolicyLossConfig:
     eps_low: float = 0.2
     eps_high: float = 0.28
     tis_cap: float | None = None  # truncate behaviour/proximal importance weights at this value
+    ratio_cap: float | None = 3.0  # dual clip: bound on the ratio of tokens with a negative advantage (None: off)
     kl_coef: float = 0.0
     entropy_coef: float = 0.0
 
@@ -67,6 +73,9 @@ def policy_loss(
     unclipped_obj = ratio * advantages
     clipped_obj = clipped * advantages
     pg = -torch.minimum(unclipped_obj, clipped_obj)
+    if config.ratio_cap is not None:
+        dual_clipped = (advantages < 0) & (pg > -config.ratio_cap * advantages)
+        pg = torch.where(dual_clipped, -config.ratio_cap * advantages, pg)  # constant: no gradient
     per_token = pg
     metrics: dict[str, torch.Tensor] = {}
     if proximal_logprobs is not None:
@@ -90,6 +99,8 @@ def policy_loss(
         r = ratio[m] if bool(m.any()) else ratio.new_ones(1)
         was_clipped = (clipped_obj < unclipped_obj) & m  # the clipped branch is the active one
         metrics["clip_fraction"] = was_clipped.sum() / m.sum().clamp(min=1)
+        if config.ratio_cap is not None:
+            metrics["dual_clip_fraction"] = (dual_clipped & m).sum() / m.sum().clamp(min=1)
         metrics["ratio_mean"] = r.mean()
         metrics["ratio_max"] = r.max()
         metrics["ratio_min"] = r.min()

@@ -6,7 +6,9 @@ its first call starts a ``LiveSource`` in this process (Slime's RolloutManager):
 on the configured host and port, backed by the SGLang engine client pointed at Slime's router,
 recording, judging and storing every turn exactly as ``openclaw-rl serve`` does. Each call then
 blocks until ``rollout_batch_size`` judged turns with a training signal for the method are
-ready, and returns them as one-sample groups (``n_samples_per_prompt`` must be 1: a live turn is
+ready (the embedded trainer's ``select_turns``: a turn is dropped for having no signal, never for
+its age; Slime's batch size is fixed, so an old turn is corrected by the loss's capped ratio), and
+returns them as one-sample groups (``n_samples_per_prompt`` must be 1: a live turn is
 one sample of one prompt). Each turn handed to Slime is marked ``trained_in_version =
 rollout_id + 1`` in the store (so it is never handed out twice, also after a restart); hinted
 turns carry the teacher's log-probs in ``metadata["teacher_log_probs"]`` (scored through the
@@ -158,8 +160,7 @@ class LiveSource:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             method = self.cfg.method if self.cfg.method != "none" else "binary"
-            usable = select_turns(self.store, self.store.trainable_turns(n * 4), method, self.engine.policy_version,
-                                  self.cfg.max_staleness, n)
+            usable = select_turns(self.store, self.store.trainable_turns(n * 4), method, self.engine.policy_version, n)
             if len(usable) == n:
                 break
             if deadline is not None and time.monotonic() > deadline:
@@ -193,7 +194,12 @@ class LiveSource:
         return [self._sample(r, score_teacher=False) for r in self.store.recent_judged(n)]
 
     def metrics(self, samples: list[Sample]) -> dict[str, float]:
+        """The rollout's metrics: rewards, hints, store counts and the staleness of the turns handed out."""
+        from slime_ext.algorithms.staleness import staleness_metrics
+
         counts = self.store.counts()
+        ages = [self.engine.policy_version - s.metadata["policy_version"] for s in samples]
         return {"openclaw/reward_mean": sum(float(s.reward) for s in samples) / max(1, len(samples)),
                 "openclaw/hinted": sum("teacher_log_probs" in s.metadata for s in samples),
-                "openclaw/judged_turns": counts["judged_turns"], "openclaw/dropped_turns": counts["dropped_turns"]}
+                "openclaw/judged_turns": counts["judged_turns"], "openclaw/dropped_turns": counts["dropped_turns"],
+                **{f"openclaw/{k}": v for k, v in staleness_metrics(ages, self.cfg.max_staleness).items()}}

@@ -264,6 +264,16 @@ class Store:
             ).fetchall()
         return self._decode_turns(rows)
 
+    def waiting_turn_versions(self) -> list[dict[str, Any]]:
+        """Every turn ``trainable_turns`` would return, in its order, without the token columns (cheap):
+        the key, ``policy_version`` and what decides its signal (``verdict``, ``hint``, ``hint_judged_at``)."""
+        with self._lock:
+            rows = self._conn.execute(
+                """SELECT session_id, idx, policy_version, verdict, hint, hint_judged_at FROM turns
+                   WHERE verdict IS NOT NULL AND trained_in_version IS NULL AND dropped IS NULL
+                   ORDER BY judged_at, id""").fetchall()
+        return [dict(r) for r in rows]
+
     def recent_judged(self, limit: int) -> list[dict[str, Any]]:
         """The latest judged turns, newest first, whatever became of them (for evaluation)."""
         with self._lock:

@@ -1,8 +1,10 @@
 """The embedded trainer (Binary RL, OPD, Combine): judged turns from the store -> optimizer step -> checkpoint.
 
-One ``step()``: take up to ``batch_size`` judged, untrained turns; drop (with a stored reason)
-those without a training signal for the method (a zero verdict for Binary RL, no hint for OPD,
-neither for Combine) and those older than ``max_staleness`` versions; score the hinted ones with
+One ``step()``: take ``batch_size`` judged, untrained turns, or more when a backlog waits
+(``catchup_size``: enough that no waiting turn is trained more than ``max_staleness`` versions
+after it was sampled); drop (with a stored reason) those without a training signal for the method
+(a zero verdict for Binary RL, no hint for OPD, neither for Combine), never a turn for its age
+(the policy loss corrects it with its recorded log-probs under a capped ratio); score the hinted ones with
 the teacher (``slime_ext.teacher``; its log-probs are stored for ``records``); train on the rest
 with ``train_step``; write the new version's checkpoint (adapter or weights, optimizer state, the
 turns it used); then mark those turns ``trained_in_version``. A crash between the
@@ -23,6 +25,7 @@ from typing import Any, Callable
 import torch
 
 from slime_ext.algorithms import AdvantageWeights, PolicyLossConfig, RunningBaseline, staleness_filter
+from slime_ext.algorithms.staleness import catchup_size, staleness_metrics
 from slime_ext.algorithms.topk import teacher_topk
 from slime_ext.logprobs import teacher_forced_logits
 from slime_ext.teacher import teacher_prompt_ids
@@ -41,7 +44,7 @@ class TrainerConfig:
     lora_alpha: int = 32
     lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
                                                              "gate_proj", "up_proj", "down_proj"])
-    max_staleness: int = 4
+    max_staleness: int = 4  # a backlog is taken in steps large enough that no turn waits longer (versions)
     baseline: str = "none"  # "none" or "running" (EMA of earlier verdicts; see algorithms/advantages.py)
     keep_checkpoints: int = 3  # newest versions kept whole; older ones keep only trainer_state.json (0: all)
     micro_batch_size: int = 4
@@ -91,14 +94,15 @@ def latest_checkpoint(run_dir: str | Path) -> tuple[int, Path] | None:
     return int(done[-1].name[1:]), done[-1]
 
 
-def select_turns(store, rows: list[dict[str, Any]], method: str, version: int, max_staleness: int, n: int,
+def select_turns(store, rows: list[dict[str, Any]], method: str, version: int, n: int,
                  check: Callable[[dict[str, Any]], str | None] | None = None) -> list[dict[str, Any]]:
-    """Up to ``n`` of ``rows`` with a training signal for ``method`` and not too stale; refused rows
-    are marked dropped with their reason. ``check(row)`` (costly: the teacher pass) runs only once
-    ``n`` candidates exist, and only on the rows about to be taken; it may refuse one too."""
+    """Up to ``n`` of ``rows`` with a training signal for ``method``, whatever their age (both drivers
+    use this rule); refused rows are marked dropped with their reason. ``version``: the trainer's
+    (a turn sampled by a newer one is refused). ``check(row)`` (costly: the teacher pass) runs only
+    once ``n`` candidates exist, and only on the rows about to be taken; it may refuse one too."""
     candidates = []
-    stale = staleness_filter([r["policy_version"] for r in rows], version, max_staleness)
-    for row, why in zip(rows, stale):
+    newer = staleness_filter([r["policy_version"] for r in rows], version)
+    for row, why in zip(rows, newer):
         why = why or no_signal(method, row)
         if why is not None:
             store.mark_dropped(row["session_id"], row["idx"], why)
@@ -201,11 +205,19 @@ class OnlineTrainer:
         self.baseline = RunningBaseline() if config.baseline == "running" else None
         self.teacher_s = 0.0
 
+    def step_size(self) -> tuple[int, int]:
+        """How many turns the next step takes (``catchup_size`` of the waiting turns with a signal),
+        and how many such turns wait."""
+        waiting = [r for r in self.store.waiting_turn_versions() if no_signal(self.config.method, r) is None]
+        ages = [self.version - r["policy_version"] for r in waiting]
+        return catchup_size(ages, self.config.batch_size, self.config.max_staleness), len(waiting)
+
     def step(self) -> dict[str, Any] | None:
-        """Train once if ``batch_size`` usable turns are waiting; returns the step's metrics."""
-        rows = self.store.trainable_turns(self.config.batch_size * 4)
-        usable = select_turns(self.store, rows, self.config.method, self.version, self.config.max_staleness,
-                              self.config.batch_size, check=self._teach)
+        """Train once if ``batch_size`` usable turns are waiting (more when a backlog waits: ``step_size``);
+        returns the step's metrics."""
+        n, waiting = self.step_size()
+        rows = self.store.trainable_turns(n * 4)
+        usable = select_turns(self.store, rows, self.config.method, self.version, n, check=self._teach)
         if len(usable) < self.config.batch_size:
             return None
         started = time.perf_counter()
@@ -223,11 +235,11 @@ class OnlineTrainer:
         if hinted:
             gaps = [t - o for r in hinted for t, o in zip(r["teacher_logprobs"], r["response_logprobs"])]
             metrics["teacher_gap_mean"] = sum(gaps) / len(gaps)
-        metrics.update(turns=len(usable), hinted_turns=len(hinted),
+        metrics.update(turns=len(usable), hinted_turns=len(hinted), waiting=waiting,
                        reward_mean=sum(r["verdict"] for r in usable) / len(usable),
                        response_tokens=sum(len(r["response_token_ids"]) for r in usable),
-                       staleness_mean=sum(self.version - r["policy_version"] for r in usable) / len(usable),
-                       staleness_max=max(self.version - r["policy_version"] for r in usable))
+                       **staleness_metrics([self.version - r["policy_version"] for r in usable],
+                                           self.config.max_staleness))
         self.version += 1
         metrics["step_s"] = time.perf_counter() - started
         keys = [(r["session_id"], r["idx"]) for r in usable]
