@@ -161,3 +161,87 @@ def test_open_session_cap_closes_least_recent(env):
         serve(store, tracker, [{"role": "user", "content": f"q{i}"}], f"a{i}")
     assert tracker.close_idle() == 2 and tracker.open_sessions == 3
     assert len(tracker._replies) == 3 and len(tracker._history) == 3
+
+
+# ---------------------------------------------------------------- hostile input
+def _call(args):
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": args}}]}
+
+
+@pytest.mark.parametrize("args", ["[" * 100000, '{"a": ' * 50000, "[" * 5000 + "]" * 5000, "not json {"])
+def test_message_key_treats_unparsable_or_too_deep_arguments_as_an_opaque_string(args):
+    key = message_key(_call(args))
+    assert key == message_key(_call(args)) and len(key) == 24
+    assert key != message_key(_call(args + "x"))  # the text itself is what is compared
+
+
+def test_message_key_never_raises_on_odd_shapes():
+    deep: object = []
+    for _ in range(100000):
+        deep = [deep]
+    odd = [_call(deep), {"role": "assistant", "tool_calls": ["x", {"function": "f"}, {"function": {"arguments": 3}}]},
+           {"role": "user", "content": [{"type": "text", "text": 5}, "x"]}, {"role": "user", "content": "\ud800 lone"},
+           {"role": 7, "content": {"not": "a list"}}]
+    for msg in odd:
+        assert len(message_key(msg)) == 24
+    # well-formed arguments still compare as parsed JSON (keys stored by earlier versions stay valid)
+    assert message_key(_call('{"b": 1, "a": [1, 2]}')) == message_key(_call('{ "a":[1,2],"b":1 }'))
+
+
+# ---------------------------------------------------------------- sessions belong to their users
+def test_another_users_session_id_gets_a_separate_session(env):
+    store, tracker, _ = env
+    h = {"x-session-id": "bob-chat"}
+    b1 = serve(store, tracker, [{"role": "user", "content": "bob asks"}], "answer", headers=h, user="bob")
+    a1 = serve(store, tracker, [{"role": "user", "content": "No, that's wrong."}], "sorry",
+               headers={**h, "x-session-done": "true"}, user="alice")
+    assert b1.session_id == "bob-chat" and a1.session_id != "bob-chat" and a1.new_session and a1.main_line
+    assert a1.client_session_id == "bob-chat"  # what the client named it: nothing tells alice the id is taken
+    b2 = serve(store, tracker, [{"role": "user", "content": "thanks"}], "ok", headers=h, user="bob")
+    assert b2.session_id == "bob-chat" and b2.turn_index == 1 and not b2.new_session
+    recs = {s["id"]: s for s in export_records(store.run_dir)["sessions"]}
+    assert not recs["bob-chat"]["closed"] and recs[a1.session_id]["closed"]
+    assert recs["bob-chat"]["turns"][0]["next_state"] == "thanks"
+    assert recs[a1.session_id]["user"] == "alice"
+    # alice's later requests with that id keep going to her own session
+    a2 = serve(store, tracker, [{"role": "user", "content": "again"}], "x", headers=h, user="alice")
+    assert a2.session_id == a1.session_id and a2.turn_index == 1
+
+
+def test_inferred_sessions_never_match_across_users(env):
+    store, tracker, _ = env
+    u1 = {"role": "user", "content": "bob's secret"}
+    b1 = serve(store, tracker, [u1], "bob's answer", user="bob")
+    echoed = [u1, {"role": "assistant", "content": "bob's answer"}, {"role": "user", "content": "No, that's wrong."}]
+    a1 = serve(store, tracker, echoed, "x", user="alice")
+    assert a1.session_id != b1.session_id and a1.new_session
+    assert turns(store, b1.session_id)[0]["next_state"] is None
+    b2 = serve(store, tracker, echoed[:2] + [{"role": "user", "content": "great"}], "y", user="bob")
+    assert b2.session_id == b1.session_id and turns(store, b1.session_id)[0]["next_state"] == "great"
+
+
+def test_ownership_holds_after_a_restart(env, tmp_path):
+    store, tracker, _ = env
+    h = {"x-session-id": "bob-chat"}
+    u1 = {"role": "user", "content": "bob asks"}
+    serve(store, tracker, [u1], "answer", headers=h, user="bob")
+    a1 = serve(store, tracker, [{"role": "user", "content": "mine"}], "m", headers=h, user="alice")
+    fresh = SessionTracker(Store(tmp_path / "run"))  # as after a restart: nothing in memory
+    a2 = serve(fresh.store, fresh, [{"role": "user", "content": "No, that's wrong."}], "z", headers=h, user="alice")
+    assert a2.session_id == a1.session_id and a2.turn_index == 1
+    echoed = [u1, {"role": "assistant", "content": "answer"}, {"role": "user", "content": "No, that's wrong."}]
+    a3 = serve(fresh.store, fresh, echoed, "w", user="alice")  # inferred, resumed from the store
+    assert a3.session_id not in ("bob-chat", a1.session_id) and a3.new_session
+    assert turns(store, "bob-chat")[0]["next_state"] is None
+    b = serve(fresh.store, fresh, echoed[:2] + [{"role": "user", "content": "ok bob"}], "v", user="bob")
+    assert b.session_id == "bob-chat" and turns(store, "bob-chat")[0]["next_state"] == "ok bob"
+
+
+def test_anonymous_and_shared_key_requests_share_sessions_as_before(env):
+    store, tracker, _ = env
+    for user in (None, "key:0123456789ab"):
+        h = {"x-session-id": f"shared-{user}"}
+        a = serve(store, tracker, [{"role": "user", "content": "q"}], "a", headers=h, user=user)
+        b = serve(store, tracker, [{"role": "user", "content": "q2"}], "b", headers=h, user=user)
+        assert a.session_id == b.session_id == h["x-session-id"] and b.turn_index == 1

@@ -2,11 +2,13 @@
 
 Rules, in order (each decision is stored with its reason; see docs/sessions.md):
 
-Session
-  1. ``X-Session-Id`` header: that session.
+Session (a session belongs to the user who started it: the ``user`` the server names for the
+request; requests never reach another user's session)
+  1. ``X-Session-Id`` header: that session, when it is free or this user's; when another user owns
+     that id, this user's own session under an id derived from (user, header id), transparently.
   2. Otherwise the request's latest assistant message is looked up by fingerprint among the replies
-     this server produced (in memory, then in the store, so sessions survive a restart). It
-     continues that session when the messages before it, ignoring ephemeral ones, appear in the
+     this server produced in this user's sessions (in memory, then in the store, so sessions survive
+     a restart). It continues that session when the messages before it, ignoring ephemeral ones, appear in the
      same order in the history of the turn that produced it: a client may drop messages (OpenClaw
      drops its previous internal-context message) but not invent or reorder them.
   3. Otherwise a new session.
@@ -33,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 DEFAULT_EPHEMERAL_MARKERS = ("<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>",)
+_MAX_SCOPED_IDS = 8  # derived ids tried for a header id another user owns, before a fresh random one
 
 
 def message_text(msg: dict[str, Any]) -> str:
@@ -42,26 +45,40 @@ def message_text(msg: dict[str, Any]) -> str:
         return ""
     if isinstance(content, str):
         return content
-    return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    if not isinstance(content, list):
+        return ""
+    return "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
 
 
 def message_key(msg: dict[str, Any]) -> str:
     """A fingerprint of a message that survives what clients do to echoed history.
 
     Whitespace at the ends of the text and tool-call ids are ignored; tool-call arguments are
-    compared as parsed JSON.
+    compared as parsed JSON. Never raises on client input: arguments that are not JSON, or nest
+    too deeply to parse, are compared as the opaque string they are.
     """
     calls = []
     for tc in msg.get("tool_calls") or []:
-        fn = tc.get("function") or {}
-        args = fn.get("arguments")
+        fn = tc.get("function") if isinstance(tc, dict) else None
+        fn = fn if isinstance(fn, dict) else {}
+        name = fn.get("name")
+        calls.append([name if isinstance(name, str) else None, _arguments_key(fn.get("arguments"))])
+    role = msg.get("role")
+    payload = json.dumps([role if isinstance(role, str) else None, message_text(msg).strip(), calls], ensure_ascii=False)
+    return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+
+def _arguments_key(args: Any) -> Any:
+    """Tool-call arguments as canonical JSON text; the string itself when it is not parsable JSON."""
+    if isinstance(args, str):
         try:
-            args = json.dumps(json.loads(args) if isinstance(args, str) else args, sort_keys=True)
-        except (TypeError, ValueError):
-            pass
-        calls.append([fn.get("name"), args])
-    payload = json.dumps([msg.get("role"), message_text(msg).strip(), calls], ensure_ascii=False)
-    return hashlib.sha256(payload.encode()).hexdigest()[:24]
+            args = json.loads(args)
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
+            return args
+    try:
+        return json.dumps(args, sort_keys=True)
+    except (TypeError, ValueError, RecursionError):
+        return "<arguments that cannot be written as JSON>"
 
 
 def is_subsequence(needle: list[str], haystack: list[str]) -> bool:
@@ -80,6 +97,7 @@ class Assignment:
     session_reason: str
     history_keys: list[str]
     new_session: bool
+    client_session_id: str = ""  # the id the client knows: its X-Session-Id, else session_id
     close_after: bool = False
     prev_main_idx: int | None = None  # the session's latest main-line turn before this one
     next_state_for: int | None = None  # turn index of the previous main-line turn, if paired
@@ -138,9 +156,9 @@ class SessionTracker:
         header_sid = (headers.get("x-session-id") or "").strip()
         matched: tuple[str, int] | None = None
         if header_sid:
-            sid, session_reason = header_sid, "X-Session-Id header"
+            sid, state, session_reason = self._header_session(header_sid, user)
         else:
-            matched = self._match(kept, last_assistant, history_keys)
+            matched = self._match(kept, last_assistant, history_keys, user)
             if matched:
                 sid = matched[0]
                 session_reason = f"history contains this server's reply of turn {matched[1]} of session {sid}"
@@ -149,10 +167,10 @@ class SessionTracker:
                 session_reason = (
                     "new conversation: no assistant reply in the history"
                     if last_assistant is None
-                    else "new session: the history's assistant reply was not produced by this server (or its session expired)"
+                    else "new session: the history's assistant reply was not produced by this server for this "
+                    "user (or its session expired)"
                 )
-
-        state = self._sessions.get(sid) or self._resume(sid)
+            state = self._sessions.get(sid) or self._resume(sid)
         new_session = state is None
         if state is None:
             state = _SessionState(user=user, n_turns=0, last_main_idx=None, last_activity=now)
@@ -172,6 +190,7 @@ class SessionTracker:
             session_reason=session_reason,
             history_keys=history_keys,
             new_session=new_session,
+            client_session_id=header_sid or sid,
             close_after=(headers.get("x-session-done") or "").strip().lower() in ("1", "true", "yes"),
         )
         if main_line and state.last_main_idx is not None and (matched is None or matched[1] == state.last_main_idx):
@@ -193,14 +212,31 @@ class SessionTracker:
         self._submit(self.store.add_decision, sid, index, "turn_type", "main" if main_line else "side", reason)
         return a
 
-    def _match(self, kept, last_assistant, history_keys) -> tuple[str, int] | None:
+    def _header_session(self, header_sid: str, user: str | None) -> tuple[str, _SessionState | None, str]:
+        """The session an ``X-Session-Id`` names *for this user*: the id itself unless another user owns
+        it, else this user's own session under an id derived from (user, header id)."""
+        sid = header_sid
+        for n in range(1, _MAX_SCOPED_IDS + 1):
+            state = self._sessions.get(sid) or self._resume(sid)
+            if state is None or state.user == user:
+                break
+            sid = scoped_session_id(header_sid, user, n)
+        else:  # every derived id taken by someone else (crafted ids): a fresh one
+            sid, state = "s-" + uuid.uuid4().hex[:16], None
+        if sid == header_sid:
+            return sid, state, "X-Session-Id header"
+        return sid, state, "X-Session-Id header; another user's session has that id, so this user's session has its own id"
+
+    def _match(self, kept, last_assistant, history_keys, user) -> tuple[str, int] | None:
+        """The (session, turn) of this user whose reply is the request's latest assistant message."""
         if last_assistant is None:
             return None
         reply_key = history_keys[last_assistant]
         before = history_keys[:last_assistant]
-        candidates = [(sid, idx, self._history.get((sid, idx))) for sid, idx in reversed(self._replies.get(reply_key, []))]
+        candidates = [(sid, idx, self._history.get((sid, idx))) for sid, idx in reversed(self._replies.get(reply_key, []))
+                      if sid in self._sessions and self._sessions[sid].user == user]
         if not candidates and self.store is not None:
-            candidates = [(r["session_id"], r["idx"], r["history_keys"]) for r in self.store.find_reply(reply_key)]
+            candidates = [(r["session_id"], r["idx"], r["history_keys"]) for r in self.store.find_reply(reply_key, user)]
         for sid, idx, hist in candidates:
             if hist is not None and any(kept[i].get("role") == "user" for i in range(last_assistant)) and is_subsequence(before, hist):
                 return sid, idx
@@ -283,6 +319,14 @@ class SessionTracker:
             for sid in oldest:
                 self.close(sid, f"more than {self.max_open_sessions} open sessions; closed the least recently active")
         return len(idle) + max(excess, 0)
+
+
+def scoped_session_id(header_sid: str, user: str | None, n: int = 1) -> str:
+    """The id of ``user``'s own session for an ``X-Session-Id`` another user owns (``n``: the n-th try).
+
+    Deterministic, so the same user sending the same id reaches the same session, after a restart too."""
+    digest = hashlib.sha256(json.dumps([n, user, header_sid]).encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{header_sid[:64]}~{digest}"
 
 
 def _trailing_inputs(kept: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -302,12 +302,14 @@ class Store:
         return [dict(r) | {"messages": json.loads(r["messages"]),
                            "tool_calls": json.loads(r["tool_calls"]) if r["tool_calls"] else None} for r in rows]
 
-    def find_reply(self, reply_key: str) -> list[dict[str, Any]]:
-        """Turns whose reply has this fingerprint, newest first (to resume sessions after a restart)."""
+    def find_reply(self, reply_key: str, user: str | None) -> list[dict[str, Any]]:
+        """Turns of ``user``'s sessions whose reply has this fingerprint, newest first (to resume
+        sessions after a restart); a session belongs to the user who started it (``sessions.user``)."""
         with self._lock:
             rows = self._conn.execute(
-                "SELECT session_id, idx, main_line, history_keys FROM turns WHERE reply_key=? ORDER BY id DESC LIMIT 8",
-                (reply_key,),
+                """SELECT t.session_id, t.idx, t.main_line, t.history_keys FROM turns t JOIN sessions s ON s.id = t.session_id
+                   WHERE t.reply_key=? AND s.user IS ? ORDER BY t.id DESC LIMIT 8""",
+                (reply_key, user),
             ).fetchall()
         return [dict(r) | {"history_keys": json.loads(r["history_keys"])} for r in rows]
 
