@@ -29,7 +29,7 @@ def tool_call_text(call: dict[str, Any]) -> str:
     if isinstance(args, str):
         try:
             args = json.loads(args)
-        except ValueError:
+        except (ValueError, RecursionError):  # shown as the string the client sent
             pass
     return "<tool_call>\n" + json.dumps({"name": fn["name"], "arguments": args}, ensure_ascii=False) + "\n</tool_call>"
 

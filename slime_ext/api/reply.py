@@ -42,7 +42,7 @@ def parse_tool_call(block: str, tool_names: set[str]) -> dict[str, Any] | None:
     """``{"name": ..., "arguments": {...}}`` -> an OpenAI tool call, or None if it is not one."""
     try:
         obj = json.loads(block.strip())
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply to be a tool call
         return None
     if not isinstance(obj, dict) or obj.get("name") not in tool_names:
         return None
@@ -50,7 +50,7 @@ def parse_tool_call(block: str, tool_names: set[str]) -> dict[str, Any] | None:
     if isinstance(args, str):
         try:
             json.loads(args)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
     else:
         args = json.dumps(args, ensure_ascii=False)

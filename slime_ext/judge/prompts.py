@@ -83,7 +83,7 @@ def render_tool_calls(tool_calls: list[dict[str, Any]] | None) -> str:
         if isinstance(args, str):
             try:
                 args = json.loads(args) if args.strip() else {}
-            except ValueError:
+            except (ValueError, RecursionError):  # shown as the string the client sent
                 pass
         shown = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False, sort_keys=True)
         lines.append(f"{fn.get('name', '?')}({shown})")
