@@ -12,11 +12,16 @@ separated by a line holding only ``---`` (such a line inside a fenced code block
 the first user message, then each action's observation as soon as that message is complete (so it also works
 typed at a terminal), stops at the end of the input or of the episode, prints the task's checks and ends with
 ``reward: <value>`` (three decimals). The exit status is 0 whatever the reward.
+
+Every ``env`` command first prints on stderr what the agent sandbox enforces on this machine (its mode, how a
+run's totals are bounded) and a WARNING when commands would run unisolated (the rlimits fallback).
+``--require-isolation`` (or ``OPENCLAW_REQUIRE_ISOLATION=1``) makes that fallback an error (exit status 2).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterable, Iterator
 
@@ -43,7 +48,23 @@ def split_messages(lines: Iterable[str]) -> Iterator[str]:
         yield "".join(block)
 
 
+def sandbox_preamble(args: argparse.Namespace) -> None:
+    """Print what the sandbox enforces here (stderr). With --require-isolation, every Sandbox of this process (and
+    of processes it starts) refuses the rlimits fallback, and this raises SandboxError at once when it is all
+    there is, before a model loads."""
+    from slime_ext.envs.sandbox import REQUIRE_ENV, SandboxError, describe_isolation, isolation_report, refusal_message
+
+    if getattr(args, "require_isolation", False):
+        os.environ[REQUIRE_ENV] = "1"
+    for line in describe_isolation():
+        print(line, file=sys.stderr)
+    report = isolation_report()
+    if report["required"] and not report["isolated"]:
+        raise SandboxError(refusal_message(report["why"]))
+
+
 def cmd_env_list(args: argparse.Namespace) -> int:
+    sandbox_preamble(args)
     for task in list_tasks(args.setting, args.split):
         summary = " ".join(task.instruction.split())
         category = task.data.get("category", "-")
@@ -53,6 +74,7 @@ def cmd_env_list(args: argparse.Namespace) -> int:
 
 def cmd_env_play(args: argparse.Namespace) -> int:
     task = get_task(args.setting, args.task)
+    sandbox_preamble(args)
     kwargs = {} if args.max_turns is None else {"max_turns": args.max_turns}
     with make_env(args.setting, run_dir=args.run_dir, **kwargs) as env:
         print(f"[task {task.id} | setting {task.setting} | split {task.split}]")
@@ -113,6 +135,7 @@ def cmd_env_eval(args: argparse.Namespace) -> int:
     from slime_ext.envs.recipe import evaluate
 
     list_tasks(args.setting)  # an unknown setting fails before the model loads
+    sandbox_preamble(args)
     result = evaluate(_settings(args), args.split, args.limit)
     print(json.dumps(result, indent=2))
     return 0
@@ -124,6 +147,7 @@ def cmd_env_train(args: argparse.Namespace) -> int:
     from slime_ext.envs.recipe import train
 
     list_tasks(args.setting)
+    sandbox_preamble(args)
     args.run_dir = args.run_dir or args.out  # the GUI setting's screenshots go with the adapters
     history = train(_settings(args), Path(args.out), steps=args.steps, episodes=args.episodes, lr=args.lr,
                     lora_rank=args.lora_rank, baseline=args.baseline)
@@ -142,6 +166,13 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, default=4, help="episodes played at once [4]")
     p.add_argument("--seed", type=int, default=0, help="sampling seed [0]")
     p.add_argument("--threads", type=int, help="torch threads of the engine [torch's default]")
+    _add_require_isolation(p)
+
+
+def _add_require_isolation(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--require-isolation", action="store_true",
+                   help="refuse to run agent commands without namespace isolation (the rlimits fallback lets them "
+                        "read host files and reach host listeners); the same as OPENCLAW_REQUIRE_ISOLATION=1")
 
 
 def add_env_parser(subparsers) -> None:
@@ -163,6 +194,7 @@ def add_env_parser(subparsers) -> None:
     play.add_argument("--max-turns", type=int, help="end the episode after this many messages [the setting's default]")
     play.add_argument("--run-dir", help="where to keep debugging artifacts: the gui setting saves a screenshot of "
                                         "every step under RUN_DIR/screenshots/ [none]")
+    _add_require_isolation(play)
     play.set_defaults(fn=cmd_env_play)
     ex = sub.add_parser("export", help="write a Slime prompt dataset (JSONL) naming a split's tasks",
                         description="One JSON line per task: prompt (the instruction), label (the task id), metadata "

@@ -10,7 +10,12 @@ Two modes (``isolation_status()`` says which one works here, and why):
   down loopback. It runs with no capabilities. When the command exits, everything it started is
   killed (its pid namespace ends).
 - ``"rlimits"``: the fallback when namespaces do not work: the same limits and scrubbed environment,
-  cwd = workspace, the process group killed at the end; no filesystem or network isolation.
+  cwd = workspace, the process group killed at the end; no filesystem or network isolation (commands can
+  read host files and reach the host's loopback listeners). It is logged as a WARNING, and a caller (or
+  ``OPENCLAW_REQUIRE_ISOLATION=1``) can refuse it: ``Sandbox(require_isolation=True)``.
+
+A run's totals (memory and processes of all its processes together, the workspace's size) are bounded by
+``sandbox_totals.RunMonitor``: a cgroup per run where one can be had, a watchdog otherwise.
 
 In both modes a parent that is the host's root runs the sandbox as uid/gid 65534, because the kernel
 does not enforce RLIMIT_NPROC for root; the workspace is handed to that uid (``Sandbox.adopt``).
@@ -29,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import marshal
 import math
 import os
@@ -46,6 +52,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from slime_ext.envs import sandbox_child
+from slime_ext.envs.sandbox_totals import FS_POLL_S, RunCgroup, RunMonitor, Stop, WorkspaceWatch, cgroup_support
+
+log = logging.getLogger(__name__)
 
 MODES = ("namespaces", "rlimits")
 SANDBOX_ID = 65534  # uid and gid a host-root parent runs sandboxes as (nobody / nogroup)
@@ -57,6 +66,12 @@ ETC_ENTRIES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "nss
 DEV_NODES = ("null", "zero", "full", "random", "urandom")
 RESERVED_INSIDE = ("/proc", "/dev", INSIDE_WORKSPACE)  # extra_ro_paths may not go there
 OUTPUT_KILL_FACTOR = 4  # a stream past 4x the output cap: stop reading and kill the run
+REQUIRE_ENV = "OPENCLAW_REQUIRE_ISOLATION"  # "1": a Sandbox refuses rlimits mode
+NAMESPACES_ENV = "OPENCLAW_SANDBOX_NAMESPACES"  # "0": do not use namespaces (rlimits mode; for tests and debugging)
+OFF_VALUES = ("0", "no", "off", "false")
+FALLBACK_LOSSES = ("commands can read every host file its uid can (the repository, /tmp, other users' "
+                   "world-readable files) and connect to the host's loopback listeners and the network; a process "
+                   "that calls setsid can outlive the run")
 
 
 class SandboxError(RuntimeError):
@@ -65,12 +80,14 @@ class SandboxError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class SandboxLimits:
-    """Per-run limits; every value must be > 0.
+    """Per-run limits; every value must be > 0 (address_space_mb may be None).
 
-    cpu_s: RLIMIT_CPU (SIGXCPU, then SIGKILL a second later); memory_mb: RLIMIT_AS, address space per
-    process; max_procs: processes and threads of the run (RLIMIT_NPROC); file_size_mb: RLIMIT_FSIZE;
-    open_files: RLIMIT_NOFILE; wall_s: wall clock of the whole run, enforced by the parent;
-    output_bytes: kept of stdout and of stderr, each; tmp_mb: size of the private /tmp (namespace mode).
+    Totals of the whole run (all its processes together; see sandbox_totals): memory_mb: resident memory;
+    max_procs: processes and threads (also RLIMIT_NPROC); workspace_mb: the workspace's size on disk; wall_s:
+    wall clock, set-up included. Per process: cpu_s: RLIMIT_CPU (SIGXCPU, then SIGKILL a second later);
+    address_space_mb: RLIMIT_AS (None: memory_mb); file_size_mb: RLIMIT_FSIZE (at most workspace_mb);
+    open_files: RLIMIT_NOFILE. output_bytes: kept of stdout and of stderr, each; tmp_mb: size of the
+    private /tmp (namespace mode; a tmpfs, so it is memory too).
     """
 
     cpu_s: int = 10
@@ -81,10 +98,14 @@ class SandboxLimits:
     wall_s: float = 30
     output_bytes: int = 64 * 1024
     tmp_mb: int = 256
+    workspace_mb: int = 512
+    address_space_mb: int | None = None
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
+            if value is None and field.name == "address_space_mb":
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ValueError(f"SandboxLimits.{field.name} must be a number > 0, got {value!r}")
 
@@ -96,7 +117,10 @@ DEFAULT_LIMITS = SandboxLimits()
 class RunResult:
     """What a command did. exit_code is None when a signal killed it (then `signal` is set);
     timed_out: the wall-clock limit killed it; truncated: stdout or stderr went past the cap (the first
-    output_bytes of each are kept; far past it, the run is killed)."""
+    output_bytes of each are kept; far past it, the run is killed). stopped_by: the SandboxLimits field
+    the run went past when the sandbox stopped it or the kernel enforced it on the run as a whole
+    ("wall_s", "output_bytes", "memory_mb", "max_procs", "workspace_mb"; None otherwise), stop_reason the
+    sentence saying so."""
 
     exit_code: int | None
     stdout: str
@@ -105,6 +129,8 @@ class RunResult:
     truncated: bool
     signal: int | None
     wall_s: float
+    stopped_by: str | None = None
+    stop_reason: str = ""
 
 
 # ----------------------------------------------------------------------------- pure helpers
@@ -129,14 +155,17 @@ def sandbox_env(home: str, tmpdir: str, path: str = DEFAULT_PATH, extra: dict[st
 
 
 def rlimit_table(limits: SandboxLimits, nproc: int) -> list[tuple[int, int, int]]:
-    """(resource, soft, hard) for setrlimit; the CPU hard limit is one second past the soft one."""
+    """(resource, soft, hard) for setrlimit; the CPU hard limit is one second past the soft one. One file may not
+    be larger than the whole workspace."""
     mib = 1024 * 1024
     cpu = math.ceil(limits.cpu_s)
+    space = (limits.address_space_mb or limits.memory_mb) * mib
+    fsize = min(limits.file_size_mb, limits.workspace_mb) * mib
     return [
         (resource.RLIMIT_CPU, cpu, cpu + 1),
-        (resource.RLIMIT_AS, limits.memory_mb * mib, limits.memory_mb * mib),
+        (resource.RLIMIT_AS, space, space),
         (resource.RLIMIT_NPROC, nproc, nproc),
-        (resource.RLIMIT_FSIZE, limits.file_size_mb * mib, limits.file_size_mb * mib),
+        (resource.RLIMIT_FSIZE, fsize, fsize),
         (resource.RLIMIT_NOFILE, limits.open_files, limits.open_files),
         (resource.RLIMIT_CORE, 0, 0),
     ]
@@ -218,8 +247,60 @@ def is_host_root(uid_map: str | None = None) -> bool:
 def isolation_status() -> tuple[str, str]:
     """(mode, why): "namespaces" if a user+mount+pid+net namespace sandbox runs a command here, else "rlimits".
 
-    Probed once per process (a real sandboxed ``/bin/sh -c 'exit 0'``) and cached.
+    Probed once per process (a real sandboxed ``/bin/sh -c 'exit 0'``) and cached. The rlimits fallback is
+    logged as a WARNING (once) naming what it does not isolate.
     """
+    mode, why = _probe_isolation()
+    if mode == "rlimits":
+        log.warning("%s", fallback_warning(why))
+    return mode, why
+
+
+def fallback_warning(why: str) -> str:
+    """The loud sentence for the rlimits fallback: why, what is lost, how to refuse it."""
+    return (f"SANDBOX NOT ISOLATED: namespaces are unavailable ({why}), so agent commands run in the rlimits "
+            f"fallback: {FALLBACK_LOSSES}. Set {REQUIRE_ENV}=1 (or pass --require-isolation) to refuse to run "
+            f"instead; see docs/sandbox.md")
+
+
+def refusal_message(why: str) -> str:
+    """The error when isolation is required and only the rlimits fallback is available (`why`)."""
+    return (f"namespace isolation is required ({REQUIRE_ENV}=1, --require-isolation or require_isolation) but the "
+            f"sandbox would run in rlimits mode ({why}), where {FALLBACK_LOSSES}; refusing to run. See "
+            f"docs/sandbox.md, 'When namespaces are unavailable'")
+
+
+def isolation_required() -> bool:
+    """Whether ``OPENCLAW_REQUIRE_ISOLATION`` asks every Sandbox to refuse rlimits mode."""
+    value = os.environ.get(REQUIRE_ENV, "").strip().lower()
+    return bool(value) and value not in OFF_VALUES
+
+
+def isolation_report() -> dict:
+    """What this machine's sandbox enforces, as plain data: mode and why, whether it isolates, how a run's
+    totals are bounded (cgroup or watchdog) and why, whether isolation is required, and the warnings."""
+    mode, why = isolation_status()
+    totals = cgroup_support()
+    warnings = [fallback_warning(why)] if mode == "rlimits" else []
+    if not totals.available:
+        warnings.append(f"run totals (memory_mb, max_procs) {totals.describe()}")
+    return {"mode": mode, "why": why, "isolated": mode == "namespaces",
+            "totals": "cgroup" if totals.available else "watchdog", "totals_why": totals.why,
+            "required": isolation_required(), "warnings": warnings}
+
+
+def describe_isolation() -> list[str]:
+    """Lines for people (``openclaw-rl env`` prints them on stderr): the mode, the totals, then any WARNING."""
+    report = isolation_report()
+    totals = cgroup_support().describe()
+    return [f"sandbox: {report['mode']} mode ({report['why']})", f"sandbox run totals: {totals}",
+            *(f"WARNING: {w}" for w in report["warnings"])]
+
+
+def _probe_isolation() -> tuple[str, str]:
+    value = os.environ.get(NAMESPACES_ENV, "").strip().lower()
+    if value in OFF_VALUES and value:
+        return "rlimits", f"namespaces disabled by {NAMESPACES_ENV}={os.environ[NAMESPACES_ENV]}"
     if not sys.platform.startswith("linux"):
         return "rlimits", f"namespaces need Linux; this is {sys.platform}"
     try:
@@ -268,11 +349,12 @@ class Sandbox:
 
     workspace: a host directory, read-write inside (at /workspace in namespace mode); mode: "namespaces",
     "rlimits" or None for isolation_mode(); extra_ro_paths: host paths made visible read-only at the same
-    path inside (namespace mode; in rlimits mode everything readable by the sandbox's uid is visible).
+    path inside (namespace mode; in rlimits mode everything readable by the sandbox's uid is visible);
+    require_isolation: refuse rlimits mode with SandboxError (None: only if OPENCLAW_REQUIRE_ISOLATION is set).
     """
 
     def __init__(self, workspace: Path | str, limits: SandboxLimits = DEFAULT_LIMITS, mode: str | None = None,
-                 extra_ro_paths: Sequence[Path | str] = ()) -> None:
+                 extra_ro_paths: Sequence[Path | str] = (), require_isolation: bool | None = None) -> None:
         self.workspace = Path(workspace).resolve()
         if not self.workspace.is_dir():
             raise ValueError(f"workspace {self.workspace} is not a directory")
@@ -280,6 +362,8 @@ class Sandbox:
         self.mode = mode or isolation_mode()
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.mode == "rlimits" and (isolation_required() if require_isolation is None else require_isolation):
+            raise SandboxError(refusal_message(isolation_status()[1] if mode is None else "rlimits mode was asked for"))
         extra = [os.path.abspath(p) for p in extra_ro_paths]
         for p in extra:
             if not os.path.exists(p):
@@ -314,39 +398,70 @@ class Sandbox:
         wall = self.limits.wall_s if timeout_s is None else timeout_s
         if not wall > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
-        spec = self._spec(command_argv(command), env)
+        argv = command_argv(command)
         start = time.monotonic()
-        proc, report_r = _start_helper(spec)
-        with proc:
-            try:
-                data = stdin.encode() if stdin is not None else None
-                out, err, truncated, timed_out = _collect(proc, report_r, data, self.limits.output_bytes,
-                                                          start + wall)
-            finally:
-                os.close(report_r)
-                _kill_group(proc.pid)  # what is left of the run (the leader is not reaped yet: the pgid is still ours)
-                proc.wait()
+        watch = WorkspaceWatch(str(self.workspace), self.limits.workspace_mb)
+        cgroup = self._new_cgroup()
+        try:
+            proc, report_r = _start_helper(self._spec(argv, env, cgroup is not None), cgroup)
+            monitor = RunMonitor(proc.pid, cgroup, watch, self.limits.memory_mb, self._procs_limit(),
+                                 by_session=self.mode == "rlimits")
+            with proc:
+                try:
+                    data = stdin.encode() if stdin is not None else None
+                    out, err, truncated, stop = _collect(proc, report_r, data, self.limits.output_bytes,
+                                                         start + wall, monitor, _wall_stop(wall))
+                finally:
+                    os.close(report_r)
+                    _kill_group(proc.pid)  # what is left of the run (the leader is not reaped: the pgid is still ours)
+                    if cgroup is not None:
+                        cgroup.kill()  # and what left its process group
+                    proc.wait()
+            stop = stop or monitor.final()
+        finally:
+            if cgroup is not None:
+                cgroup.remove()
         rc = proc.returncode
         return RunResult(exit_code=rc if rc >= 0 else None, stdout=out.decode(errors="replace"),
-                         stderr=err.decode(errors="replace"), timed_out=timed_out, truncated=truncated,
-                         signal=-rc if rc < 0 else None, wall_s=time.monotonic() - start)
+                         stderr=err.decode(errors="replace"), timed_out=stop is not None and stop.limit == "wall_s",
+                         truncated=truncated, signal=-rc if rc < 0 else None, wall_s=time.monotonic() - start,
+                         stopped_by=stop.limit if stop else None, stop_reason=stop.reason if stop else "")
 
-    def _spec(self, argv: list[str], env: dict[str, str] | None) -> dict:
-        """What the helper process needs, as plain data (sent with marshal)."""
+    def _procs_limit(self) -> int:
+        """Tasks the run may have: max_procs, plus the helper and init that namespace mode adds to every run."""
+        return self.limits.max_procs + (2 if self.mode == "namespaces" else 0)
+
+    def _new_cgroup(self) -> RunCgroup | None:
+        """This run's cgroup with its memory and pids limits, or None (then the watchdog bounds the totals)."""
+        support = cgroup_support()
+        if not support.available:
+            return None
+        try:
+            return RunCgroup.create(support.dirs, self.limits.memory_mb * 1024 * 1024, self._procs_limit())
+        except OSError as exc:
+            log.warning("sandbox: cannot make this run's cgroup (%s); a watchdog bounds its totals instead", exc)
+            return None
+
+    def _spec(self, argv: list[str], env: dict[str, str] | None, in_cgroup: bool) -> dict:
+        """What the helper process needs, as plain data (sent with marshal). In a cgroup, RLIMIT_NPROC is one
+        higher than pids.max, so that the cgroup is what refuses a fork and the run is stopped for it."""
         path = inside_path(self.ro_paths)
+        table = rlimit_table(self.limits, self._procs_limit() + (1 if in_cgroup else 0))
         if self.mode == "rlimits":
-            return {"mode": self.mode, "argv": argv, "ids": self.ids, "cwd": str(self.workspace),
-                    "limits": rlimit_table(self.limits, self.limits.max_procs),
+            return {"mode": self.mode, "argv": argv, "ids": self.ids, "cwd": str(self.workspace), "limits": table,
                     "env": sandbox_env(str(self.workspace), str(self.workspace / ".tmp"), path, env)}
-        # the run's helper and its init are counted with the command's processes: allow for them
         return {"mode": self.mode, "argv": argv, "ids": self.ids, "cwd": INSIDE_WORKSPACE, "hostname": "sandbox",
-                "limits": rlimit_table(self.limits, self.limits.max_procs + 2), "plan": self.plan,
-                "env": sandbox_env(INSIDE_WORKSPACE, "/tmp", path, env)}
+                "limits": table, "plan": self.plan, "env": sandbox_env(INSIDE_WORKSPACE, "/tmp", path, env)}
 
 
 # ----------------------------------------------------------------------------- the parent's side of a run
-def _start_helper(spec: dict) -> tuple[subprocess.Popen, int]:
-    """Start the helper (sandbox_child.py as a script, in a new session), send it `spec`; return it and the report pipe."""
+def _wall_stop(wall: float) -> Stop:
+    return Stop("wall_s", f"the run took longer than its wall-clock limit of {wall:g} s")
+
+
+def _start_helper(spec: dict, cgroup: RunCgroup | None = None) -> tuple[subprocess.Popen, int]:
+    """Start the helper (sandbox_child.py as a script, in a new session), move it into `cgroup` while it waits for
+    its spec (so everything it starts is in the cgroup), send it `spec`; return it and the report pipe."""
     if not sys.executable:
         raise SandboxError("sys.executable is unknown: cannot start the sandbox helper")
     spec_r, spec_w = os.pipe()
@@ -362,23 +477,31 @@ def _start_helper(spec: dict) -> tuple[subprocess.Popen, int]:
     finally:
         os.close(spec_r)
         os.close(report_w)
+    if cgroup is not None:
+        try:
+            cgroup.join(proc.pid)
+        except OSError as exc:
+            os.close(spec_w)
+            os.close(report_r)
+            proc.kill()
+            proc.wait()
+            raise SandboxError(f"cannot move the sandbox helper into its cgroup: {exc}") from exc
     with contextlib.suppress(BrokenPipeError), open(spec_w, "wb") as f:  # a helper that died says why on the report pipe
         f.write(marshal.dumps(spec))
     return proc, report_r
 
 
-def _collect(proc: subprocess.Popen, report_r: int, stdin: bytes | None, cap: int,
-             deadline: float) -> tuple[bytes, bytes, bool, bool]:
-    """(stdout, stderr, truncated, timed_out) of a started run; raises SandboxError if its set-up failed.
-    The caller then kills what is left of the run (at once after a flood of output or a timeout)."""
+def _collect(proc: subprocess.Popen, report_r: int, stdin: bytes | None, cap: int, deadline: float,
+             monitor: RunMonitor, timeout: Stop) -> tuple[bytes, bytes, bool, Stop | None]:
+    """(stdout, stderr, truncated, why it was stopped) of a started run; raises SandboxError if its set-up failed.
+    The caller then kills what is left of the run (at once after a Stop)."""
     problem, late = _await_exec(report_r, deadline)
     if problem:
         raise SandboxError(problem)
     if late:
-        return b"", b"", False, True
-    out, err, truncated, stop = _communicate(proc, stdin, cap, deadline)
-    timed_out = stop == "timeout" or (stop is None and not _wait_exited(proc.pid, deadline))
-    return out, err, truncated, timed_out
+        return b"", b"", False, timeout
+    out, err, truncated, stop = _communicate(proc, stdin, cap, deadline, monitor, timeout)
+    return out, err, truncated, stop or _wait_exited(proc.pid, deadline, monitor, timeout)
 
 
 def _await_exec(report_r: int, deadline: float) -> tuple[str, bool]:
@@ -395,13 +518,14 @@ def _await_exec(report_r: int, deadline: float) -> tuple[str, bool]:
             chunks.append(data)
 
 
-def _communicate(proc: subprocess.Popen, stdin: bytes | None, cap: int,
-                 deadline: float) -> tuple[bytes, bytes, bool, str | None]:
+def _communicate(proc: subprocess.Popen, stdin: bytes | None, cap: int, deadline: float, monitor: RunMonitor,
+                 timeout: Stop) -> tuple[bytes, bytes, bool, Stop | None]:
     """Feed stdin and read stdout and stderr concurrently until both close, keeping `cap` bytes of each.
 
-    Returns (stdout, stderr, truncated, stop): stop is "flood" past OUTPUT_KILL_FACTOR x cap on either stream,
-    "timeout" past the deadline, None when both streams closed. Once the helper has exited, the rest of its
-    process group is killed, so that a background process holding a pipe cannot stall the run (rlimits mode).
+    Returns (stdout, stderr, truncated, stop): stop is output_bytes past OUTPUT_KILL_FACTOR x cap on either
+    stream, `timeout` past the deadline, the monitor's Stop past a total, None when both streams closed. Once the
+    helper has exited, the rest of its process group is killed, so that a background process holding a pipe
+    cannot stall the run (rlimits mode).
     """
     kept = {proc.stdout: bytearray(), proc.stderr: bytearray()}
     seen = dict.fromkeys(kept, 0)
@@ -418,9 +542,12 @@ def _communicate(proc: subprocess.Popen, stdin: bytes | None, cap: int,
         while sel.get_map():
             left = deadline - time.monotonic()
             if left <= 0:
-                stop = "timeout"
+                stop = timeout
                 break
-            events = sel.select(min(left, 0.1))
+            stop = monitor.check()
+            if stop is not None:
+                break
+            events = sel.select(min(left, FS_POLL_S))
             if not events and _exited(proc.pid):
                 _kill_group(proc.pid)
             for key, _ in events:
@@ -441,7 +568,8 @@ def _communicate(proc: subprocess.Popen, stdin: bytes | None, cap: int,
                 seen[stream] += len(data)
                 kept[stream] += data[: max(0, cap - len(kept[stream]))]
             if max(seen.values()) > OUTPUT_KILL_FACTOR * cap:
-                stop = "flood"
+                stop = Stop("output_bytes", f"stdout or stderr went past {OUTPUT_KILL_FACTOR} x output_bytes "
+                                            f"({OUTPUT_KILL_FACTOR * cap} bytes)")
                 break
     truncated = max(seen.values()) > cap
     return bytes(kept[proc.stdout]), bytes(kept[proc.stderr]), truncated, stop
@@ -455,15 +583,18 @@ def _exited(pid: int) -> bool:
         return True
 
 
-def _wait_exited(pid: int, deadline: float) -> bool:
-    """Wait (without reaping) until `pid` exits or the deadline passes; True if it exited."""
+def _wait_exited(pid: int, deadline: float, monitor: RunMonitor, timeout: Stop) -> Stop | None:
+    """Wait (without reaping) until `pid` exits (None), the deadline passes (`timeout`) or a total is passed."""
     pause = 0.001
     while not _exited(pid):
         if time.monotonic() >= deadline:
-            return False
+            return timeout
+        stop = monitor.check()
+        if stop is not None:
+            return stop
         time.sleep(pause)
-        pause = min(pause * 2, 0.05)
-    return True
+        pause = min(pause * 2, FS_POLL_S)
+    return None
 
 
 def _kill_group(pgid: int) -> None:

@@ -76,7 +76,8 @@ class SweEnv(SandboxedEpisode):
     """One SWE episode at a time (see the module docstring).
 
     max_turns: steps before the episode ends; suite_timeout_s: wall clock of one test run (also its CPU seconds);
-    per_test_timeout_s: wall clock of one test; max_output_chars: per observation section; mode: the sandbox mode.
+    per_test_timeout_s: wall clock of one test; max_output_chars: per observation section; mode: the sandbox mode;
+    require_isolation: refuse the sandbox's rlimits fallback (None: only when OPENCLAW_REQUIRE_ISOLATION=1).
     """
 
     setting = SETTING
@@ -84,7 +85,8 @@ class SweEnv(SandboxedEpisode):
     observation_role = "user"
 
     def __init__(self, max_turns: int = 12, suite_timeout_s: float = 20.0, per_test_timeout_s: float = 2.0,
-                 max_output_chars: int = 6000, mode: str | None = None) -> None:
+                 max_output_chars: int = 6000, mode: str | None = None,
+                 require_isolation: bool | None = None) -> None:
         if max_turns < 1 or suite_timeout_s <= 0 or per_test_timeout_s <= 0 or max_output_chars < 1:
             raise ValueError("max_turns, the timeouts and max_output_chars must be positive")
         self.max_turns = max_turns
@@ -92,6 +94,7 @@ class SweEnv(SandboxedEpisode):
         self.per_test_timeout_s = per_test_timeout_s
         self.max_output_chars = max_output_chars
         self.mode = mode
+        self.require_isolation = require_isolation
         self.limits = SandboxLimits(cpu_s=max(1, int(suite_timeout_s)), wall_s=suite_timeout_s,
                                     output_bytes=256 * 1024)
         self.task: EnvTask | None = None
@@ -113,7 +116,8 @@ class SweEnv(SandboxedEpisode):
         self.start_files = mutated_files(repo, m)
         self.workspace = self._stack.enter_context(fresh_workspace(f"swe-{task.id}-"))
         write_files(self.workspace, self.start_files)
-        self.sandbox = Sandbox(self.workspace, self.limits, mode=self.mode)
+        self.sandbox = Sandbox(self.workspace, self.limits, mode=self.mode,
+                               require_isolation=self.require_isolation)
         self.task, self.turns, self.done, self.checks, self.reward = task, 0, False, None, None
         file_list = "\n".join(f"  {p}" for p in sorted(self.start_files))
         return (f"{task.instruction}\n\nThe repository (its root is the current directory):\n{file_list}\n\n"
@@ -261,7 +265,8 @@ class SweEnv(SandboxedEpisode):
         problems = integrity_problems(original, edited)
         with fresh_workspace(f"swe-grade-{self.task.id}-") as ws:
             write_files(ws, {**{p: t for p, t in original.items() if p.startswith(TESTS_DIR)}, **edited})
-            run = run_tests(Sandbox(ws, self.limits, mode=self.mode), self.per_test_timeout_s, self.suite_timeout_s)
+            run = run_tests(Sandbox(ws, self.limits, mode=self.mode, require_isolation=self.require_isolation),
+                            self.per_test_timeout_s, self.suite_timeout_s)
         failing = self.task.data["failing"]
         self.checks = [CheckResult("integrity: no new imports or introspection in the source files", not problems,
                                    "; ".join(problems))]

@@ -316,7 +316,8 @@ class TerminalEnv(SandboxedEpisode):
     """One terminal episode at a time (see the module docstring).
 
     max_turns: steps before the episode ends; command_timeout_s: wall clock of each command (also CPU seconds);
-    max_output_chars: stdout / stderr shown per observation; mode: the sandbox mode (None: the best available).
+    max_output_chars: stdout / stderr shown per observation; mode: the sandbox mode (None: the best available);
+    require_isolation: refuse the sandbox's rlimits fallback (None: only when OPENCLAW_REQUIRE_ISOLATION=1).
     """
 
     setting = SETTING
@@ -324,13 +325,15 @@ class TerminalEnv(SandboxedEpisode):
     observation_role = "user"
 
     def __init__(self, max_turns: int = 8, command_timeout_s: float = 10.0, max_output_chars: int = 4000,
-                 mode: str | None = None) -> None:
+                 mode: str | None = None,
+                 require_isolation: bool | None = None) -> None:
         if max_turns < 1 or command_timeout_s <= 0 or max_output_chars < 1:
             raise ValueError("max_turns, command_timeout_s and max_output_chars must be positive")
         self.max_turns = max_turns
         self.command_timeout_s = command_timeout_s
         self.max_output_chars = max_output_chars
         self.mode = mode
+        self.require_isolation = require_isolation
         self.limits = SandboxLimits(cpu_s=max(1, int(command_timeout_s)), wall_s=command_timeout_s)
         self.shell = BASH if os.access(BASH, os.X_OK) else "/bin/sh"
         self.task: EnvTask | None = None
@@ -348,7 +351,8 @@ class TerminalEnv(SandboxedEpisode):
         self.close()
         self.workspace = self._stack.enter_context(fresh_workspace(f"term-{task.id}-"))
         write_task_files(self.workspace, task.data)
-        self.sandbox = Sandbox(self.workspace, self.limits, mode=self.mode)
+        self.sandbox = Sandbox(self.workspace, self.limits, mode=self.mode,
+                               require_isolation=self.require_isolation)
         if task.data.get("setup"):
             res = self.sandbox.run(task.data["setup"], env=RUN_ENV)
             if res.exit_code != 0:

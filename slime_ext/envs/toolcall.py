@@ -6,7 +6,7 @@ template knows tools, else in the system message in the Hermes / Qwen convention
 Observations are tool results (``observation_role = "tool"``).
 
 Episode. ``reset(task)`` makes a fresh temporary workspace and one ``Sandbox`` for the episode (limits per
-call: ``timeout_s`` wall clock, ``cpu_s`` CPU seconds, ``memory_mb`` address space, 16 processes, 64 KiB of
+call: ``timeout_s`` wall clock, ``cpu_s`` CPU seconds, ``memory_mb`` for its processes together, 16 processes, 64 KiB of
 output kept per stream; no network in namespace mode), and returns the problem plus how to act: the call
 format and "end your final message with the number". ``close`` removes the workspace.
 
@@ -272,8 +272,8 @@ class ToolCallEnv(SandboxedEpisode):
     """One tool-call episode at a time (see the module docstring).
 
     max_turns: steps before the episode ends; timeout_s: wall clock of each python call; cpu_s: its CPU seconds;
-    memory_mb: its address space; max_output_chars: stdout / stderr shown per call; mode: the sandbox mode
-    (None: the best available).
+    memory_mb: the memory of its processes together; max_output_chars: stdout / stderr shown per call; mode: the
+    sandbox mode (None: the best available); require_isolation: refuse the sandbox's rlimits fallback (None: only when OPENCLAW_REQUIRE_ISOLATION=1).
     """
 
     setting = SETTING
@@ -281,13 +281,15 @@ class ToolCallEnv(SandboxedEpisode):
     observation_role = "tool"
 
     def __init__(self, max_turns: int = 6, timeout_s: float = 10.0, cpu_s: int = 5, memory_mb: int = 256,
-                 max_output_chars: int = 2000, mode: str | None = None) -> None:
+                 max_output_chars: int = 2000, mode: str | None = None,
+                 require_isolation: bool | None = None) -> None:
         if max_turns < 1 or timeout_s <= 0 or cpu_s < 1 or memory_mb < 1 or max_output_chars < 1:
             raise ValueError("max_turns, timeout_s, cpu_s, memory_mb and max_output_chars must be positive")
         self.max_turns = max_turns
         self.timeout_s = timeout_s
         self.max_output_chars = max_output_chars
         self.mode = mode
+        self.require_isolation = require_isolation
         self.limits = SandboxLimits(cpu_s=cpu_s, wall_s=timeout_s, memory_mb=memory_mb, max_procs=16,
                                     file_size_mb=16, output_bytes=64 * 1024, tmp_mb=64)
         self.task: EnvTask | None = None
@@ -306,7 +308,8 @@ class ToolCallEnv(SandboxedEpisode):
             raise ValueError(f"task {task.id}: data needs an integer 'answer'")
         self.close()
         self.workspace = self._stack.enter_context(fresh_workspace(f"toolcall-{task.id}-"))
-        self.sandbox = Sandbox(self.workspace, self.limits, mode=self.mode)
+        self.sandbox = Sandbox(self.workspace, self.limits, mode=self.mode,
+                               require_isolation=self.require_isolation)
         self.task, self.turns, self.done, self.final_text, self.checks = task, 0, False, None, None
         return (f"{task.instruction}\n\n"
                 f"You can use the tool `python`: it runs Python 3 code in a fresh sandboxed interpreter "
