@@ -91,7 +91,8 @@ async def conversation(session, srv, i, max_tokens):
 async def run(args):
     env = env_info()
     threads = str(max(1, (os.cpu_count() or 1) - 1))  # what --method binary gives the engine
-    # the whole backlog is sampled by version 0: lift the staleness cap so none of it is dropped
+    # lift --max-staleness so the trainer takes the backlog (all from version 0) in batches of
+    # --batch-size, the steps this measures, not in larger catch-up steps
     common = ["--batch-size", str(args.batch_size), "--lora-rank", str(args.lora_rank), "--threads", threads,
               "--max-staleness", "1000000",
               "--status-interval-s", "0", "--log-level", "info"]

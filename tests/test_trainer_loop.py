@@ -239,6 +239,9 @@ def test_a_200_turn_backlog_at_restart_is_trained_not_dropped_as_stale(tmp_path)
     # the staleness each step trained at is in its metrics (and its checkpoint), within the cap
     assert all(0 <= m["staleness_mean"] <= m["staleness_max"] <= cfg.max_staleness for m in steps)
     assert max(m["staleness_max"] for m in steps) == len(steps) - 1
+    from slime_ext.trainers.process import step_line
+
+    assert "staleness 0.0 (max 0), backlog 160," in step_line(steps[0])
 
 
 def test_a_turn_older_than_the_cap_is_trained_with_its_staleness_in_the_metrics(tmp_path):
@@ -256,3 +259,6 @@ def test_a_turn_older_than_the_cap_is_trained_with_its_staleness_in_the_metrics(
     assert turns_by_session(store)["old"]["trained_in_version"] == 2
     state = (tmp_path / "run" / "checkpoints" / "v000002" / "trainer_state.json").read_text()
     assert '"staleness_max": 11' in state
+    from slime_ext.trainers.process import step_line
+
+    assert "1 past the staleness cap" in step_line(m)

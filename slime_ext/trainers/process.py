@@ -84,7 +84,16 @@ def step_line(m: dict[str, Any]) -> str:
     return (f"version {m['version']}: {m['turns']} turns ({m['response_tokens']} tokens, reward {m['reward_mean']:+.2f}), "
             f"loss {m['loss']:+.4f}, clip {m['clip_fraction']:.3f}, ratio {m['ratio_mean']:.3f} "
             f"[{m['ratio_min']:.3f}, {m['ratio_max']:.3f}], kl_rollout {m['kl_rollout']:.4f}{kl}, "
-            f"staleness {m['staleness_mean']:.1f}, grad {m['grad_norm']:.3f}, {m['step_s']:.1f} s")
+            f"staleness {m['staleness_mean']:.1f} (max {m['staleness_max']}){backlog_note(m)}, grad {m['grad_norm']:.3f}, "
+            f"{m['step_s']:.1f} s")
+
+
+def backlog_note(m: dict[str, Any]) -> str:
+    """What the step line says about a backlog: how many turns waited, and any past the staleness cap."""
+    note = f", backlog {m['waiting']}" if m.get("waiting", 0) > m["turns"] else ""
+    if m.get("over_cap_turns"):
+        note += f", {m['over_cap_turns']} past the staleness cap (capped ratio)"
+    return note
 
 
 def start_trainer_process(model: str, run_dir: str, config) -> multiprocessing.Process:
@@ -135,7 +144,7 @@ class CheckpointWatcher:
         step = self.last_step
         return {"swaps": self.swaps, "swap_s": round(self.last_swap_s, 4),
                 **{k: step[k] for k in ("step_s", "loss", "clip_fraction", "kl_rollout", "staleness_mean",
-                                        "reward_mean", "turns") if k in step}}
+                                        "staleness_max", "reward_mean", "turns") if k in step}}
 
     async def run(self) -> None:
         while True:
