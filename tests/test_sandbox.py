@@ -240,10 +240,11 @@ def test_process_limit_counts_the_runs_processes(box):
         print(n)
     """)
     r = box.run(["python3", "-c", code])
-    assert r.exit_code == 0, r.stderr
+    # the refused fork stops the run (a cgroup reports it at once; the watchdog may miss a brief peak), unless the
+    # command exited first
+    assert r.stopped_by == "max_procs" or (r.exit_code, r.stopped_by) == (0, None), r
     assert LIMITS.max_procs - 4 <= int(r.stdout) < LIMITS.max_procs
-    assert r.wall_s < 5  # the sleeping children were killed when the command exited
-    assert r.stopped_by in ("max_procs", None)  # a cgroup saw the refused fork; the watchdog may miss a brief peak
+    assert r.wall_s < 5  # the sleeping children were killed
 
 
 def test_memory_limit(box):

@@ -141,7 +141,7 @@ def test_run_cgroups_are_removed(workspace):
     box.run("true")
     box.run("sleep 5 &", timeout_s=1)
     for _, parent in CGROUPS.dirs.values():
-        assert os.listdir(parent) == [] or not any(os.path.isdir(os.path.join(parent, n)) for n in os.listdir(parent))
+        assert [n for n in os.listdir(parent) if os.path.isdir(os.path.join(parent, n))] == []  # no run-<n> left
 
 
 # ----------------------------------------------------------------------------- the workspace watch (no sandbox)

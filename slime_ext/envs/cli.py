@@ -21,6 +21,7 @@ run's totals are bounded) and a WARNING when commands would run unisolated (the 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Iterable, Iterator
@@ -56,7 +57,15 @@ def sandbox_preamble(args: argparse.Namespace) -> None:
 
     if getattr(args, "require_isolation", False):
         os.environ[REQUIRE_ENV] = "1"
-    for line in describe_isolation():
+    envs_log = logging.getLogger("slime_ext.envs")
+    level = envs_log.level
+    if not logging.getLogger().handlers:  # the probes' WARNINGs would reach stderr bare: the lines below say them
+        envs_log.setLevel(logging.ERROR)
+    try:
+        lines = describe_isolation()
+    finally:
+        envs_log.setLevel(level)
+    for line in lines:
         print(line, file=sys.stderr)
     report = isolation_report()
     if report["required"] and not report["isolated"]:

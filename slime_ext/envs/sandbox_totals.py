@@ -180,7 +180,7 @@ def _probe_cgroups() -> CgroupSupport:
         dirs = _probe_v1(own, mounts, problems)
     if set(dirs) != set(CONTROLLERS):
         return CgroupSupport({}, "; ".join(problems) or "no cgroup mount with the memory and pids controllers")
-    for version, base in set(dirs.values()):
+    for _, base in set(dirs.values()):
         _sweep_stale(os.path.dirname(base))
     how = ", ".join(f"{c} v{v} under {os.path.dirname(d)}" for c, (v, d) in sorted(dirs.items()))
     return CgroupSupport(dirs, how)

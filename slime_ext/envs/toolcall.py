@@ -273,7 +273,8 @@ class ToolCallEnv(SandboxedEpisode):
 
     max_turns: steps before the episode ends; timeout_s: wall clock of each python call; cpu_s: its CPU seconds;
     memory_mb: the memory of its processes together; max_output_chars: stdout / stderr shown per call; mode: the
-    sandbox mode (None: the best available); require_isolation: refuse the sandbox's rlimits fallback (None: only when OPENCLAW_REQUIRE_ISOLATION=1).
+    sandbox mode (None: the best available); require_isolation: refuse the sandbox's rlimits fallback (None: only
+    when OPENCLAW_REQUIRE_ISOLATION=1).
     """
 
     setting = SETTING
