@@ -26,6 +26,7 @@ from slime_ext.envs.sandbox_totals import (
     WorkspaceWatch,
     cgroup_dir,
     cgroup_support,
+    delegating_ancestor,
     disk_usage,
     parse_cgroup_mounts,
     parse_counters,
@@ -187,6 +188,22 @@ def test_parse_proc_cgroup_and_mounts():
     assert cgroup_dir("/sys/fs/cgroup/pids", "/", "/") == "/sys/fs/cgroup/pids"
     assert cgroup_dir("/mnt/my cg", "/job", "/job/42") == "/mnt/my cg/42"
     assert cgroup_dir("/mnt/my cg", "/job", "/other") is None  # the mount does not show it
+
+
+def test_v2_runs_go_under_the_nearest_ancestor_that_delegates_memory_and_pids():
+    tree = {"/sys/fs/cgroup": "cpu io memory pids", "/sys/fs/cgroup/user.slice": "memory pids",
+            "/sys/fs/cgroup/user.slice/user@1000.service": "cpu memory pids",
+            "/sys/fs/cgroup/user.slice/user@1000.service/app.slice": "memory pids",
+            "/sys/fs/cgroup/user.slice/user@1000.service/app.slice/term.scope": "",  # ours: holds processes
+            "/sys/fs/cgroup/system.slice": "cpu", "/sys/fs/cgroup/system.slice/docker.scope": ""}
+    top = "/sys/fs/cgroup/user.slice/user@1000.service/app.slice/term.scope"
+    found = delegating_ancestor("/sys/fs/cgroup", top, lambda d: tree.get(d, ""))
+    assert found == "/sys/fs/cgroup/user.slice/user@1000.service/app.slice"
+    assert delegating_ancestor("/sys/fs/cgroup", "/sys/fs/cgroup/system.slice/docker.scope",
+                               lambda d: tree.get(d, "")) == "/sys/fs/cgroup"  # the root: exempt from the rule
+    assert delegating_ancestor("/sys/fs/cgroup", "/sys/fs/cgroup/system.slice/docker.scope",
+                               lambda d: "" if d == "/sys/fs/cgroup" else tree.get(d, "")) is None
+    assert delegating_ancestor("/c", "/c", lambda d: "") is None  # a container's own root, nothing delegated
 
 
 def test_parse_counters_and_stat():

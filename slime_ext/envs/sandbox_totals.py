@@ -31,7 +31,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +95,17 @@ def cgroup_dir(point: str, root: str, path: str) -> str | None:
         return None
     rel = path[len(root):] if root != "/" else path
     return os.path.join(point, rel.lstrip("/")).rstrip("/") or "/"
+
+
+def delegating_ancestor(point: str, top: str, subtree_control: Callable[[str], str]) -> str | None:
+    """cgroup v2: the nearest of `top` and its ancestors, up to the mount point `point`, whose subtree_control
+    (read by `subtree_control(dir)`) gives memory and pids to its children; None if there is none."""
+    here = top
+    while not set(CONTROLLERS) <= set(subtree_control(here).split()):
+        if here == point or not here.startswith(point.rstrip("/") + "/"):
+            return None
+        here = os.path.dirname(here)
+    return here
 
 
 def parse_counters(text: str) -> dict[str, int]:
@@ -198,13 +209,8 @@ def _probe_v2(own: dict[str, str], mounts: list, problems: list[str]) -> dict[st
         if not set(CONTROLLERS) <= set(_read_or_empty(os.path.join(point, "cgroup.controllers")).split()):
             problems.append(f"cgroup v2 at {point} lacks the memory or pids controller (they may be bound to v1)")
             continue
-        ancestor = top
-        while not set(CONTROLLERS) <= set(_read_or_empty(os.path.join(ancestor, "cgroup.subtree_control")).split()):
-            if ancestor == point or not ancestor.startswith(point):
-                ancestor = ""
-                break
-            ancestor = os.path.dirname(ancestor)
-        if not ancestor:
+        ancestor = delegating_ancestor(point, top, lambda d: _read_or_empty(os.path.join(d, "cgroup.subtree_control")))
+        if ancestor is None:
             problems.append(f"cgroup v2: no ancestor of {top} delegates memory and pids to its children")
             continue
         dirs = {c: ("2", os.path.join(ancestor, f"{PARENT_PREFIX}{os.getpid()}")) for c in CONTROLLERS}
