@@ -4,7 +4,7 @@ Invariants every engine keeps:
 - ``generate`` is token-in / token-out: it never re-tokenizes. Each yielded ``TokenOut`` carries
   the sampled id, its log-prob under the sampling distribution (logits / temperature, before
   top-p truncation; raw logits when temperature is 0), and the policy version whose weights
-  computed it.
+  computed it. A temperature below ``GREEDY_BELOW`` (1e-6, SGLang's threshold) is greedy: 0.
 - ``swap`` is atomic between decode steps and never fails an in-flight request: tokens before
   the swap carry the old version, tokens after it the new one.
 - ``score(ids, start)`` returns teacher-forced log-probs (temperature 1) of ``ids[start:]``.
@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Protocol, Sequence
+
+
+GREEDY_BELOW = 1e-6  # a temperature below this is greedy (temperature 0), as in SGLang
 
 
 class EngineError(RuntimeError):
@@ -31,6 +34,12 @@ class SamplingParams:
     # Sample from the frozen base weights (the trained LoRA adapter disabled), for the ``self``
     # judge. An engine whose base weights were replaced by a full-weight update refuses it.
     frozen_base: bool = False
+
+    def __post_init__(self) -> None:
+        # logits / T overflows for tiny T (1e-39 is NaN in float32): below GREEDY_BELOW sampling is
+        # greedy in all but name, so it is greedy by name too, and records raw-logit log-probs
+        if self.temperature < GREEDY_BELOW:
+            object.__setattr__(self, "temperature", 0.0)
 
 
 @dataclass(frozen=True)

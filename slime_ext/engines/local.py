@@ -3,11 +3,19 @@
 One worker thread owns the model. Each loop iteration it
   1. takes new work (requests, weight swaps, scoring) from a thread-safe queue,
   2. applies pending weight swaps (so a swap lands between two decode steps, atomically),
-  3. prefills each new request on its own (in chunks, so long prompts have bounded memory) and
-     merges its KV cache into the running batch (left-padded),
+  3. prefills waiting requests in arrival order, at most ``prefill_chunk`` prompt tokens per
+     iteration, each into its own KV cache (a long prompt's partial cache stays on its request
+     across iterations); a request whose prompt is done gets its first token and its KV cache is
+     merged into the running batch (left-padded),
   4. runs ONE forward pass for all active sequences and samples one token for each.
+So a long prompt is prefilled one chunk per iteration with a decode step of the running batch
+between chunks: running streams keep producing tokens. A swap that lands while a prompt is part
+prefilled restarts that prefill, so no sequence's KV mixes two sets of weights.
 Finished or cancelled rows are dropped from the batch cache; columns that are padding for every
 remaining row are trimmed. Results go back to each request's asyncio queue on its own loop.
+A failure admitting, prefilling or sampling one request fails that request alone (it gets the
+error, the batch continues); a request stays in ``_waiting`` until it has joined the batch, so
+even a failure of a whole step (which fails everything in flight) answers it.
 
 A LoRA update is merged into the weights (no per-token adapter cost). The merged weights are
 computed outside the worker thread into new tensors, and the swap itself only re-points each
@@ -74,6 +82,9 @@ class _Request:
     last_token: int = -1
     position: int = 0  # tokens so far (prompt + generated); the last one sits at position - 1
     cancelled: bool = False
+    cache: Any = None  # the prompt's KV while it is being prefilled (None: prefill not started)
+    prefilled: int = 0  # prompt tokens in ``cache``
+    shared: bool = False  # whether the prefix cache serves this prompt
     enqueued_at: float = field(default_factory=time.monotonic)
 
     def emit(self, item: Any) -> None:
@@ -104,7 +115,9 @@ class LocalEngine:
         self._torch = torch
         self.threads = threads or os.cpu_count() or 1
         torch.set_num_threads(self.threads)
-        self.dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[resolve_dtype(dtype)]
+        name, why = resolve_dtype(dtype)
+        log.info("engine dtype %s (%s)", name, why)
+        self.dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[name]
         self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=self.dtype, attn_implementation=attn_implementation
         )
         self.model.eval()
@@ -215,7 +228,7 @@ class LocalEngine:
                         self._decode_step()
                 except Exception as exc:  # keep serving: fail what was in flight, reset the batch
                     log.exception("engine step failed")
-                    for req in self._rows + self._waiting:
+                    for req in {id(r): r for r in self._rows + self._waiting}.values():  # one joining is in both
                         req.emit(exc)
                     self._rows, self._waiting, self._cache, self._mask = [], [], None, None
 
@@ -240,43 +253,76 @@ class LocalEngine:
                     fut.get_loop().call_soon_threadsafe(_set_result, fut, result)
 
     def _admit_waiting(self) -> None:
-        while self._waiting and len(self._rows) < self.max_batch_size:
-            req = self._waiting.pop(0)
+        """Prefill waiting requests in arrival order, ``prefill_chunk`` prompt tokens per call.
+
+        A request leaves ``_waiting`` only once it has joined the batch or been answered."""
+        budget = self.prefill_chunk
+        while self._waiting and budget > 0 and len(self._rows) < self.max_batch_size:
+            req = self._waiting[0]
             if req.cancelled:
-                req.emit(_END)
+                self._drop_waiting(req, _END)
                 continue
             try:
-                if req.sampling.frozen_base and self._base_replaced:
-                    raise EngineError(_NO_FROZEN_BASE)
-                cache, logits = self._prefill(req.prompt_ids, req.sampling.frozen_base)
-            except Exception as exc:
-                log.exception("prefill failed")
-                req.emit(exc)
-                continue
-            req.position = len(req.prompt_ids)
-            if self._sample_and_emit([req], logits[None, :]):
-                self._merge(req, cache)
+                computed, logits = self._prefill_step(req, budget)
+                budget -= computed
+                if logits is not None:
+                    self._start_decoding(req, logits)
+            except Exception as exc:  # this request alone fails; the batch and the queue go on
+                log.exception("request %d failed in prefill", req.id)
+                self._drop_waiting(req, exc)
 
-    def _prefill(self, ids: list[int], frozen_base: bool = False):
+    def _drop_waiting(self, req: _Request, item: Any) -> None:
+        with contextlib.suppress(ValueError):
+            self._waiting.remove(req)
+        req.cache = None
+        req.emit(item)
+
+    def _prefill_step(self, req: _Request, budget: int) -> tuple[int, Any]:
+        """Prefill up to ``budget`` more prompt tokens of ``req`` into its own cache.
+
+        Returns the tokens computed and, once the whole prompt is in, the next token's logits."""
         torch = self._torch
-        cache = _growing_cache(self.model.config)
-        start = 0
+        ids = req.prompt_ids
+        if req.cache is None:
+            self._start_prefill(req)
+        begin, end = req.prefilled, min(len(ids), req.prefilled + budget)
+        with self._frozen_base_rows([0] if req.sampling.frozen_base else []):
+            out = self.model.model(input_ids=torch.tensor([ids[begin:end]]), cache=req.cache, use_cache=True)
+        req.prefilled = end
+        self.stats["prefill_tokens"] += end - begin
+        if end < len(ids):
+            return end - begin, None
+        if req.shared:
+            self.prefix_cache.add(ids, [(layer.keys, layer.values) for layer in req.cache.layers])
+        return end - begin, self._logits(out.last_hidden_state[0, -1:])[0]
+
+    def _start_prefill(self, req: _Request) -> None:
+        """A fresh cache for ``req``, seeded from the prefix cache when one of its entries matches."""
+        if req.sampling.frozen_base and self._base_replaced:
+            raise EngineError(_NO_FROZEN_BASE)
+        req.cache, req.prefilled = _growing_cache(self.model.config), 0
         # the prefix cache holds KV of the served weights; frozen-base KV differs once an adapter is in
-        shared = self.prefix_cache if not (frozen_base and self._lora_base) else None
-        hit = shared.lookup(ids) if shared else None
+        req.shared = self.prefix_cache is not None and not (req.sampling.frozen_base and self._lora_base)
+        hit = self.prefix_cache.lookup(req.prompt_ids) if req.shared else None
         if hit:
-            start, kv = hit
-            for layer, (k, v) in zip(cache.layers, kv):
+            req.prefilled, kv = hit
+            for layer, (k, v) in zip(req.cache.layers, kv):
                 layer.set_kv(k, v)
-        out = None
-        with self._frozen_base_rows([0] if frozen_base else []):
-            for i in range(start, len(ids), self.prefill_chunk):
-                chunk = torch.tensor([ids[i : i + self.prefill_chunk]])
-                out = self.model.model(input_ids=chunk, cache=cache, use_cache=True)
-        self.stats["prefill_tokens"] += len(ids) - start
-        if shared:
-            shared.add(ids, [(layer.keys, layer.values) for layer in cache.layers])
-        return cache, self._logits(out.last_hidden_state[0, -1:])[0]
+
+    def _start_decoding(self, req: _Request, logits) -> None:
+        """Sample a prefilled request's first token and move it from the queue into the batch."""
+        req.position = len(req.prompt_ids)
+        cache, req.cache = req.cache, None
+        if self._sample_and_emit([req], logits[None, :])[0]:
+            self._merge(req, cache)
+        self._waiting.remove(req)
+
+    def _restart_prefills(self) -> None:
+        """Drop partial prefills (computed with the weights a swap just replaced): they start over."""
+        for req in self._waiting:
+            if req.cache is not None:
+                log.info("request %d: prefill restarts on the new weights (%d tokens were done)", req.id, req.prefilled)
+                req.cache, req.prefilled = None, 0
 
     @contextlib.contextmanager
     def _frozen_base_rows(self, rows: list[int]):
@@ -311,12 +357,12 @@ class LocalEngine:
             return
         length = self._mask.shape[1]
         width = max(length, n)
-        for old, new in zip(self._cache.layers, cache.layers):
-            old.set_kv(
-                torch.cat([_left_pad(old.keys, width), _left_pad(new.keys, width)], dim=0),
-                torch.cat([_left_pad(old.values, width), _left_pad(new.values, width)], dim=0),
-            )
+        kv = [(torch.cat([_left_pad(old.keys, width), _left_pad(new.keys, width)], dim=0),
+               torch.cat([_left_pad(old.values, width), _left_pad(new.values, width)], dim=0))
+              for old, new in zip(self._cache.layers, cache.layers)]  # all built before any is set
         self._mask = torch.cat([_left_pad(self._mask, width, 1), _left_pad(new_mask, width, 1)], dim=0)
+        for layer, (k, v) in zip(self._cache.layers, kv):
+            layer.set_kv(k, v)
         self._rows.append(req)
 
     def _decode_step(self) -> None:
@@ -340,7 +386,8 @@ class LocalEngine:
     def _sample_and_emit(self, rows: list[_Request], logits) -> list[bool]:
         """Sample one token per row, emit it, and return which rows continue.
 
-        The step's outputs reach each event loop in one wake-up, not one per row."""
+        The step's outputs reach each event loop in one wake-up, not one per row. A row whose
+        sampling fails gets the error and ends; the other rows go on."""
         torch = self._torch
         temps = torch.tensor([r.sampling.temperature if r.sampling.temperature > 0 else 1.0 for r in rows])
         logp = torch.log_softmax(logits / temps[:, None], dim=-1)
@@ -348,12 +395,18 @@ class LocalEngine:
         out: dict[asyncio.AbstractEventLoop, list[tuple[_Request, Any]]] = {}
         version = self._version
         for i, req in enumerate(rows):
+            items = out.setdefault(req.loop, [])
             if req.cancelled:
-                out.setdefault(req.loop, []).append((req, _END))
+                items.append((req, _END))
                 keep.append(False)
                 continue
-            token = _sample(torch, logp[i], req.sampling, req.generator)
-            items = out.setdefault(req.loop, [])
+            try:
+                token = _sample(torch, logp[i], req.sampling, req.generator)
+            except Exception as exc:
+                log.exception("request %d: sampling failed", req.id)
+                items.append((req, EngineError(f"sampling failed: {exc}")))
+                keep.append(False)
+                continue
             items.append((req, TokenOut(token, float(logp[i, token]), version)))
             req.generated += 1
             req.last_token = token
@@ -465,6 +518,7 @@ class LocalEngine:
         self._head = None
         if self.prefix_cache:
             self.prefix_cache.clear()  # computed with the old weights
+        self._restart_prefills()
         self._version = version
         self.stats["swaps"] += 1
         self.stats["last_swap_pause_s"] = time.perf_counter() - started  # decoding waited this long
@@ -475,20 +529,18 @@ _NO_FROZEN_BASE = ("frozen_base: a full-weight update replaced the base weights,
                    "model to sample from (the self judge needs LoRA training)")
 
 
-def resolve_dtype(dtype: str) -> str:
-    """``auto``: bfloat16 where the CPU computes it natively (AVX-512 BF16 or AMX), else float32.
+def resolve_dtype(dtype: str) -> tuple[str, str]:
+    """The engine's dtype for ``dtype`` (``auto``, ``float32``, ``bfloat16``) and why it is that one.
 
-    Without native support bf16 is emulated: slower than fp32 for batched decode on such CPUs,
-    and less faithful (recorded log-probs drift ~3e-2 from a full forward pass instead of ~1e-6).
+    ``auto`` is float32: this engine runs on the CPU, where bfloat16 was not faster for serving
+    even with native bf16 (AMX), and float32 records log-probs that a full forward pass (and the
+    float32 trainer) reproduce to ~1e-6 instead of ~3e-2 (figures in docs/engine.md). Without
+    native bf16 (AVX2-only CPUs) bf16 is emulated and slower still.
     """
     if dtype != "auto":
-        return dtype
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = f.read()
-    except OSError:
-        return "float32"
-    return "bfloat16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
+        return dtype, "asked for"
+    return "float32", ("auto: float32 on CPU, where bfloat16 serves no faster (measured even with AMX) "
+                       "and float32 log-probs match the trainer's exactly")
 
 
 def _growing_cache(config):
