@@ -36,6 +36,7 @@ from slime_ext.envs.terminal import (
     validate_task_data,
 )
 from slime_ext.envs.terminal_tasks import CATEGORIES, split_of
+from slime_ext.envs.toolcall import format_result
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -169,6 +170,10 @@ def test_format_observation():
     assert obs.startswith("exit code: none (killed by signal 9)\ntimed out after 10 s\nstdout:\n" + "x" * 20)
     assert "[... stdout truncated: 30 more characters not shown]" in obs
     assert "stderr:\nerr" in obs and "[output truncated" in obs
+    res = RunResult(exit_code=None, stdout="", stderr="", timed_out=False, truncated=False, signal=9, wall_s=1,
+                    stopped_by="memory_mb", stop_reason="the run used more than 512 MB of memory (memory_mb)")
+    assert "stopped: the run used more than 512 MB of memory (memory_mb)" in format_observation(res, 10, 100)
+    assert "[stopped: the run used more than 512 MB" in format_result(res, 10, 5, 100)
 
 
 def test_normalize_and_reward_mapping():

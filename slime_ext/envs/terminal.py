@@ -118,6 +118,8 @@ def format_observation(res: RunResult, timeout_s: float, max_chars: int) -> str:
     lines = [f"exit code: {code}"]
     if res.timed_out:
         lines.append(f"timed out after {timeout_s:g} s")
+    elif res.stopped_by:  # a run total (memory, processes, workspace size): say which, not just "signal 9"
+        lines.append(f"stopped: {res.stop_reason}")
     for name, text in (("stdout", res.stdout), ("stderr", res.stderr)):
         lines.append(f"{name}:" + (f"\n{clip(text, max_chars, name)}" if text else " (empty)"))
     if res.truncated:

@@ -255,6 +255,8 @@ def format_result(res: RunResult, timeout_s: float, cpu_s: int, max_chars: int) 
         lines.append("[output truncated: the code printed too much]")
     if res.timed_out:
         lines.append(f"[timed out after {timeout_s:g} s]")
+    elif res.stopped_by:  # a run total (memory, processes, workspace size): say which, not just "signal 9"
+        lines.append(f"[stopped: {res.stop_reason}]")
     elif res.exit_code is None:
         try:
             name = signal.Signals(res.signal).name
