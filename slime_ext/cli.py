@@ -42,6 +42,19 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens-cap", type=int, help=f"most new tokens per response [{d.max_tokens_cap}]")
     p.add_argument("--default-max-tokens", type=int, help=f"new tokens when a request names none [{d.default_max_tokens}]")
     p.add_argument("--max-body-mb", type=float, help=f"largest request body [{d.max_body_mb}]")
+    p.add_argument("--header-timeout-s", type=float,
+                   help=f"close a connection whose request line and headers have not all arrived this long after they began [{d.header_timeout_s:g}]")
+    p.add_argument("--body-timeout-s", type=float,
+                   help=f"answer 408 and close when a request body has not all arrived this long after its headers [{d.body_timeout_s:g}]")
+    p.add_argument("--keepalive-timeout-s", type=float, help=f"close idle keep-alive connections after this [{d.keepalive_timeout_s:g}]")
+    p.add_argument("--max-connections", type=int,
+                   help=f"open connections at most; past it a new one closes the longest-waiting idle one [{d.max_connections}]")
+    p.add_argument("--allowed-origin", action="append", metavar="ORIGIN", dest="allowed_origins",
+                   help="a web origin (scheme://host[:port]) whose pages may call the API (repeatable); requests "
+                        "with any other Origin header get a 403 [none]")
+    p.add_argument("--allowed-host", action="append", metavar="HOST", dest="allowed_hosts",
+                   help="a Host header name accepted besides loopback ones while bound to loopback, e.g. a reverse "
+                        "proxy's (repeatable) [none]")
     p.add_argument("--session-idle-timeout-s", type=float, help=f"close sessions idle this long [{d.session_idle_timeout_s:g}]")
     p.add_argument("--judge", choices=["heuristic", "self", "openai", "off"],
                    help=f"how next states are judged: a lexical classifier, the served model with its adapter disabled (self), an OpenAI-compatible model, or not at all [{d.judge}]")
@@ -94,10 +107,25 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
     return ServeConfig.from_mapping(data, args.config or "command line")
 
 
+SECRET_FLAGS = (("api_key", "--api-key", "$OPENCLAW_RL_API_KEY or 'api_key:'"),
+                ("user_key_pairs", "--user-key", "'user_keys:'"),
+                ("judge_key", "--judge-key", "$OPENCLAW_RL_JUDGE_KEY or 'judge_key:'"))
+
+
+def secrets_on_command_line(args: argparse.Namespace) -> list[str]:
+    """One warning per secret given as a flag: every local user can read a process's command line
+    (``ps``, ``/proc/PID/cmdline``). The warning names the flag, never the value."""
+    return [f"{flag} on the command line is visible to every user of this machine (ps, /proc/PID/cmdline); "
+            f"use {where} in a --config YAML file only you can read (chmod 600) instead"
+            for name, flag, where in SECRET_FLAGS if getattr(args, name, None)]
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     cfg = serve_config(args)
     logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    for warning in secrets_on_command_line(args):
+        logging.getLogger("openclaw_rl").warning(warning)
     # Idle OpenMP threads must not spin: the event loop and other processes share these cores.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from slime_ext.serve import run_server

@@ -28,6 +28,13 @@ class ServeConfig:
     max_tokens_cap: int = 1024
     default_max_tokens: int = 512
     max_body_mb: float = 8.0
+    # HTTP hardening (docs/security.md)
+    header_timeout_s: float = 10.0  # a request head (line and headers) must arrive within this
+    body_timeout_s: float = 60.0  # a request body must arrive within this after its head (else 408)
+    keepalive_timeout_s: float = 75.0  # idle keep-alive connections are closed after this
+    max_connections: int = 1000  # past it, a new connection closes the longest-waiting idle one
+    allowed_origins: list[str] = field(default_factory=list)  # web origins allowed to call the API (CORS)
+    allowed_hosts: list[str] = field(default_factory=list)  # Host names accepted besides loopback ones
     session_idle_timeout_s: float = 1800.0
     max_open_sessions: int = 10000
     ephemeral_markers: list[str] = field(default_factory=lambda: ["<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>"])
@@ -118,7 +125,23 @@ class ServeConfig:
             raise ValueError(f"baseline {self.baseline!r}: expected none or running")
         if self.lora_rank < 0 or self.max_staleness < 0 or self.lr <= 0:
             raise ValueError("lora_rank and max_staleness must be >= 0 and lr > 0")
+        self._validate_http()
         return self
+
+    def _validate_http(self) -> None:
+        from slime_ext.api.policy import normalize_origin
+
+        for name in ("header_timeout_s", "body_timeout_s", "keepalive_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.max_connections < 16:
+            raise ValueError(f"max_connections must be at least 16, got {self.max_connections}")
+        for name in ("allowed_origins", "allowed_hosts"):
+            value = getattr(self, name)
+            if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+                raise ValueError(f"{name} must be a list of non-empty strings")
+        for origin in self.allowed_origins:
+            normalize_origin(origin)  # raises ValueError naming the origin
 
 
 def load_yaml(path: str) -> dict[str, Any]:

@@ -22,10 +22,12 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """`python -m slime_ext.cli serve` on a free port; ``url`` is the /v1 base URL."""
+    """`python -m slime_ext.cli serve` on a free port; ``url`` is the /v1 base URL. ``open_files``:
+    the server's RLIMIT_NOFILE (soft and hard), to test what happens at the descriptor limit."""
 
     def __init__(self, run_dir: str | Path, model: str = "tiny", extra: list[str] | None = None,
-                 env: dict[str, str] | None = None, port: int | None = None, log_path: str | Path | None = None):
+                 env: dict[str, str] | None = None, port: int | None = None, log_path: str | Path | None = None,
+                 open_files: int | None = None):
         self.run_dir = Path(run_dir)
         self.model = model
         self.extra = list(extra or [])
@@ -34,6 +36,7 @@ class ServerProcess:
         self.log_path = Path(log_path) if log_path else self.run_dir.parent / f"serve-{self.port}.log"
         self.proc: subprocess.Popen | None = None
         self.startup_s = float("nan")
+        self.open_files = open_files
         self._log = None
 
     @property
@@ -55,7 +58,8 @@ class ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
         t0 = time.perf_counter()
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=self.env)
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=self.env,
+                                     preexec_fn=self._limit_open_files if self.open_files else None)
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -68,6 +72,11 @@ class ServerProcess:
                 time.sleep(0.2)
         self.stop()
         raise RuntimeError(f"server did not come up in {timeout} s:\n{self.log_tail()}")
+
+    def _limit_open_files(self) -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files, self.open_files))
 
     def health(self) -> dict[str, Any]:
         with urllib.request.urlopen(self.base + "/healthz", timeout=5) as r:

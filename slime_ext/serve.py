@@ -42,7 +42,10 @@ def build_server(cfg: ServeConfig, engine=None, tokenizer=None):
     settings = ServerSettings(
         model_name=cfg.served_model_name or cfg.model, api_keys=cfg.api_keys(), user_keys=dict(cfg.user_keys),
         max_body_bytes=int(cfg.max_body_mb * 1024 * 1024), max_tokens_cap=cfg.max_tokens_cap,
-        default_max_tokens=cfg.default_max_tokens,
+        default_max_tokens=cfg.default_max_tokens, bound_host=cfg.host, allowed_hosts=tuple(cfg.allowed_hosts),
+        allowed_origins=tuple(cfg.allowed_origins), header_timeout_s=cfg.header_timeout_s,
+        body_timeout_s=cfg.body_timeout_s, keepalive_timeout_s=cfg.keepalive_timeout_s,
+        max_connections=open_connection_cap(cfg.max_connections),
     )
     from slime_ext.trainers.process import CheckpointWatcher
 
@@ -72,13 +75,30 @@ def build_judge_worker(cfg: ServeConfig, store, engine=None, tokenizer=None):
     return JudgeWorker(judge, store, hints=hints)
 
 
+def open_connection_cap(wanted: int) -> int:
+    """Raise the open-files limit to its hard limit and return the connection cap it allows."""
+    from slime_ext.api.guard import connection_cap, raise_open_files_limit
+
+    before, after = raise_open_files_limit()
+    cap = connection_cap(wanted, after)
+    if after != before:
+        log.debug("open-files limit raised from %d to %d", before, after)
+    if cap < wanted:
+        log.warning("max_connections lowered from %d to %d: the open-files limit is %d (ulimit -n)", wanted, cap, after)
+    return cap
+
+
 def run_server(cfg: ServeConfig) -> None:
     from aiohttp import web
 
+    from slime_ext.api.guard import install_log_limits
+    from slime_ext.api.policy import is_loopback
+
+    install_log_limits()
     run_dir = cfg.resolved_run_dir()
     cfg.run_dir = str(run_dir)
     server = build_server(cfg)
-    if cfg.host not in ("127.0.0.1", "localhost", "::1") and not (server.settings.api_keys or cfg.user_keys):
+    if not is_loopback(cfg.host) and not (server.settings.api_keys or cfg.user_keys):
         log.warning("binding %s without an API key: anyone who can reach this port can use the model", cfg.host)
 
     from slime_ext.trainers.process import start_trainer_process
@@ -92,8 +112,7 @@ def run_server(cfg: ServeConfig) -> None:
                      f"LoRA rank {cfg.lora_rank}" if cfg.lora_rank else "full weights")
         runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
         await runner.setup()
-        site = web.TCPSite(runner, cfg.host, cfg.port)
-        await site.start()
+        listener = await server.guard.listen(runner.server, cfg.host, cfg.port)
         log.info(
             "serving %s (%s, %d threads, policy v%d, context %d) at http://%s:%d/v1; records in %s",
             server.settings.model_name, str(server.engine.dtype).removeprefix("torch."), server.engine.threads,
@@ -111,6 +130,7 @@ def run_server(cfg: ServeConfig) -> None:
         if trainer is not None:
             trainer.terminate()
             trainer.join(10)
+        listener.close()
         await runner.cleanup()
         await server.engine.close()
         server.store.close()

@@ -1,7 +1,9 @@
 """The OpenAI-compatible server: HTTP in, token ids to the engine, every turn to the store.
 
 Request path of ``POST /v1/chat/completions``:
-  validate (schemas) -> render prompt ids (prompt) -> assign session (sessions) -> generate
+  connection guard (guard: read timeouts, connection cap) -> Host / Origin / Content-Type checks
+  and body decoding (policy) -> auth -> read the body (with a timeout) -> validate (schemas) ->
+  render prompt ids (prompt; in a worker thread, off the event loop) -> assign session (sessions) -> generate
   (engine, token-in/token-out) -> parse content / tool calls incrementally (reply) -> commit the
   turn (store) -> send the last chunk.
 The turn is committed before the final chunk (``finish_reason``) is written, so a client that got
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+from concurrent.futures import ThreadPoolExecutor
 import json
 import logging
 import time
@@ -20,9 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 
 from slime_ext.api.errors import ApiError
+from slime_ext.api.guard import ConnectionGuard
 from slime_ext.api.metrics import Metrics
+from slime_ext.api.policy import (check_content_type, check_host, check_origin, decode_body, host_name, is_loopback,
+                                  normalize_origin)
 from slime_ext.api.prompt import PromptRenderer, stop_token_ids
 from slime_ext.api.reply import ReplyParser
 from slime_ext.api.schemas import ChatRequest, parse_chat_request
@@ -42,6 +49,13 @@ class ServerSettings:
     max_tokens_cap: int = 1024  # the most new tokens one response may take
     default_max_tokens: int = 512  # when the request names none
     session_sweep_s: float = 30.0
+    bound_host: str = "127.0.0.1"  # bound to a loopback address: the Host header must be a loopback name
+    allowed_hosts: tuple[str, ...] = ()  # more Host names accepted then (a reverse proxy's)
+    allowed_origins: tuple[str, ...] = ()  # web origins allowed to call the API (CORS); others get a 403
+    header_timeout_s: float = 10.0  # a request head must arrive this long after it began
+    body_timeout_s: float = 60.0  # a request body must arrive this long after its head
+    keepalive_timeout_s: float = 75.0  # idle keep-alive connections are closed after this
+    max_connections: int = 1000  # open connections; past it the longest-waiting idle one is closed
 
 
 class ChatServer:
@@ -59,7 +73,13 @@ class ChatServer:
         self.checkpoints = checkpoints  # a CheckpointWatcher: swaps in what the trainer publishes
         self.stop_ids = stop_token_ids(tokenizer)
         self.in_flight = 0
+        self.guard = ConnectionGuard(settings.header_timeout_s, settings.keepalive_timeout_s, settings.max_connections)
+        self._origins = frozenset(normalize_origin(o) for o in settings.allowed_origins)
+        self._hosts = frozenset(host_name(h) for h in settings.allowed_hosts)
+        self._check_host = is_loopback(settings.bound_host)
+        self._render_pool: ThreadPoolExecutor | None = None  # started with the app (see _start_sweeper)
         self.metrics = Metrics()
+        self.metrics.gauge("openclaw_connections_open", lambda: self.guard.open_connections, "Open HTTP connections")
         self.metrics.gauge("openclaw_policy_version", lambda: self.engine.policy_version, "Policy version being served")
         self.metrics.gauge("openclaw_requests_in_flight", lambda: self.in_flight, "Chat requests being served")
         self.metrics.gauge("openclaw_sessions_open", lambda: self.tracker.open_sessions, "Sessions held in memory")
@@ -74,12 +94,15 @@ class ChatServer:
     def app(self) -> web.Application:
         app = web.Application(
             client_max_size=self.settings.max_body_bytes,
-            middlewares=[self._errors_middleware, self._auth_middleware],
+            middlewares=[self.guard.middleware, self._errors_middleware, self._policy_middleware, self._auth_middleware],
+            # bodies are decompressed by the handler, within the body limit (policy.decode_body)
+            handler_args={"auto_decompress": False, "keepalive_timeout": self.settings.keepalive_timeout_s},
         )
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/metrics", self.prometheus)
+        app.on_response_prepare.append(self._cors_headers)
         app.on_startup.append(self._start_sweeper)
         app.on_cleanup.append(self._stop_sweeper)
         return app
@@ -90,7 +113,16 @@ class ChatServer:
             return await handler(request)
         except ApiError as e:
             self.metrics.inc("openclaw_errors_total", help="Requests answered with an error", status=str(e.status))
-            return web.json_response(e.body(), status=e.status)
+            resp = web.json_response(e.body(), status=e.status)
+            if e.status == 408:  # send it, then close: the rest of a body that came too slowly is not waited for
+                resp.force_close()
+                await resp.prepare(request)
+                await resp.write_eof()
+                request.protocol.force_close()
+            return resp
+        except RequestPayloadError as e:  # a body that breaks off or whose framing is invalid
+            err = ApiError(f"the request body could not be read: {e}", code="invalid_body")
+            return web.json_response(err.body(), status=400)
         except web.HTTPRequestEntityTooLarge:
             e = ApiError(f"request body is larger than {self.settings.max_body_bytes} bytes", status=413, code="request_too_large")
             return web.json_response(e.body(), status=413)
@@ -105,6 +137,26 @@ class ChatServer:
             log.exception("unhandled error serving %s %s", request.method, request.path)
             err = ApiError("internal server error", status=500, type="server_error", code="internal_error")
             return web.json_response(err.body(), status=500)
+
+    @web.middleware
+    async def _policy_middleware(self, request: web.Request, handler):
+        """Host (DNS rebinding) and Origin (cross-site requests) checks; CORS preflights of allowed origins."""
+        if self._check_host:
+            check_host(request.headers.get("Host"), self._hosts)
+        if check_origin(request.headers.get("Origin"), self._origins):
+            request["cors"] = True
+            if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
+                return web.Response(status=204, headers={
+                    "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+                    "Access-Control-Allow-Headers": request.headers.get("Access-Control-Request-Headers", ""),
+                    "Access-Control-Max-Age": "600"})
+        return await handler(request)
+
+    async def _cors_headers(self, request: web.Request, response: web.StreamResponse) -> None:
+        if request.get("cors"):
+            response.headers["Access-Control-Allow-Origin"] = request.headers["Origin"]
+            response.headers["Access-Control-Expose-Headers"] = "X-Session-Id"
+            response.headers["Vary"] = "Origin"
 
     @web.middleware
     async def _auth_middleware(self, request: web.Request, handler):
@@ -128,12 +180,18 @@ class ChatServer:
                 await asyncio.sleep(self.settings.session_sweep_s)
                 self.tracker.close_idle()
 
+        # one thread renders prompts (the chat template and the tokenizer): a 7 MB prompt takes seconds
+        # there without blocking the event loop; requests are rendered in arrival order
+        self._render_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="openclaw-render")
         self._sweeper = asyncio.create_task(sweep())
         self._judging = asyncio.create_task(self.judge_worker.run()) if self.judge_worker else None
         self._watching = asyncio.create_task(self.checkpoints.run()) if self.checkpoints else None
 
     async def _stop_sweeper(self, app: web.Application) -> None:
         self._sweeper.cancel()
+        self.guard.stop()
+        if self._render_pool is not None:
+            self._render_pool.shutdown(wait=False, cancel_futures=True)
         for task in (self._judging, self._watching):
             if task:
                 task.cancel()
@@ -169,6 +227,9 @@ class ChatServer:
             lines += [f"# HELP {name} {what}", f"# TYPE {name} gauge", f"{name} {counts[key] or 0:g}"]
         lines += ["# HELP openclaw_dropped_turns Judged turns not trained on, by reason", "# TYPE openclaw_dropped_turns gauge"]
         lines += [f'openclaw_dropped_turns{{reason="{_label(r)}"}} {n}' for r, n in sorted(counts["dropped_by_reason"].items())]
+        lines += ["# HELP openclaw_connections_closed_total Connections the server closed, by reason",
+                  "# TYPE openclaw_connections_closed_total counter"]
+        lines += [f'openclaw_connections_closed_total{{reason="{r}"}} {n}' for r, n in sorted(self.guard.dropped.items())]
         text += "\n".join(lines) + "\n"
         per_user = await self.store.run(self.store.verdicts_by_user)
         if per_user:
@@ -184,7 +245,8 @@ class ChatServer:
     # ------------------------------------------------------------------ chat completions
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         received = time.time()
-        raw = await request.read()
+        check_content_type(request.headers.get("Content-Type"))
+        raw = await self._read_body(request)
         try:
             body = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as e:
@@ -192,10 +254,7 @@ class ChatServer:
         except RecursionError:  # e.g. 100000 nested '[': the decoder gives up before finding an error
             raise ApiError("the request body could not be parsed as JSON: it is nested too deeply", code="invalid_json") from None
         req = parse_chat_request(body)
-        try:
-            prompt_ids = self.renderer.render(req.messages, req.tools, req.tool_choice)
-        except Exception as e:  # a template that cannot render these messages
-            raise ApiError(f"the chat template could not render these messages: {e}", param="messages") from None
+        prompt_ids = await self._render(req)
         ctx = self.engine.context_length
         if len(prompt_ids) >= ctx:
             raise ApiError(
@@ -226,6 +285,25 @@ class ChatServer:
             return await gen.complete()
         finally:
             self.in_flight -= 1
+
+
+    async def _read_body(self, request: web.Request) -> bytes:
+        """The whole body, decompressed, or a 408 when it does not arrive within ``body_timeout_s``."""
+        try:
+            raw = await asyncio.wait_for(request.read(), self.settings.body_timeout_s)
+        except asyncio.TimeoutError:
+            raise ApiError(f"the request body did not arrive within {self.settings.body_timeout_s:g} s", status=408,
+                           code="request_timeout") from None
+        return decode_body(raw, request.headers.get("Content-Encoding"), self.settings.max_body_bytes)
+
+    async def _render(self, req: ChatRequest) -> list[int]:
+        """Prompt token ids, rendered in the render thread (seconds for a huge prompt), off the event loop."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._render_pool, self.renderer.render, req.messages, req.tools,
+                                              req.tool_choice)
+        except Exception as e:  # a template that cannot render these messages
+            raise ApiError(f"the chat template could not render these messages: {e}", param="messages") from None
 
 
 class _Generation:

@@ -1,0 +1,262 @@
+"""Connection-level protection of the HTTP server: read timeouts, a cap on open connections, the
+open-files limit, and log lines that cannot flood.
+
+aiohttp waits for a request head as long as a client likes (its keep-alive timer, an hour by
+default, is the only bound) and accepts connections until the process runs out of file
+descriptors: 20,000 clients that send half a request line and nothing more take the server down.
+``ConnectionGuard`` wraps aiohttp's protocol object of every connection and knows its phase:
+
+  head     connected, or the first bytes of a next request arrived, and no complete request head
+           yet: closed ``header_timeout_s`` after the phase began
+  request  a request is being handled (the server reads a body with its own timeout, see
+           ``ChatServer``; generating a reply takes as long as it takes)
+  idle     keep-alive between requests: closed after ``keepalive_timeout_s``
+
+A request head is complete when aiohttp calls the application: the guard's middleware (the first
+one) marks the connection ``request``, and the request's task ending marks it ``idle``.
+
+At ``max_connections`` a new connection evicts the connection that has waited longest in ``head``
+or ``idle``; when every connection is busy with a request, the new one is refused (closed at
+once). The process never reaches its file-descriptor limit, so ``accept()`` never fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from typing import Any, Callable
+
+from aiohttp import web
+
+log = logging.getLogger(__name__)
+
+FD_RESERVE = 64  # descriptors kept for the store, model files, pipes and logs
+BACKLOG = 128  # connections the kernel queues; asyncio accepts up to this many before any is admitted
+
+
+class ConnectionGuard:
+    """Tracks every open connection and closes the ones that stall (see the module docstring)."""
+
+    def __init__(self, header_timeout_s: float = 10.0, keepalive_timeout_s: float = 75.0,
+                 max_connections: int = 1000, clock: Callable[[], float] = time.monotonic) -> None:
+        self.header_timeout_s = header_timeout_s
+        self.keepalive_timeout_s = keepalive_timeout_s
+        self.max_connections = max_connections
+        self.clock = clock
+        self.dropped: Counter[str] = Counter()  # reason -> connections closed by the guard
+        self._conns: dict[Any, _Conn] = {}  # aiohttp's protocol object -> its wrapper
+        self._waiting: dict[_Conn, None] = {}  # head / idle connections, oldest wait first
+        self._sweeper: asyncio.Task | None = None
+        self._reported: Counter[str] = Counter()
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._conns)
+
+    # ------------------------------------------------------------------ serving
+    async def listen(self, server: web.Server, host: str, port: int, backlog: int = BACKLOG) -> asyncio.AbstractServer:
+        """Listen on ``host:port`` with aiohttp's ``server`` (``AppRunner.server``) behind the guard."""
+        loop = asyncio.get_running_loop()
+        listener = await loop.create_server(lambda: _Conn(self, server()), host, port, backlog=backlog,
+                                            reuse_address=True)
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep_forever())
+        return listener
+
+    def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler):
+        """Marks the connection busy while its request is handled (a no-op outside ``listen``)."""
+        conn = self._conns.get(request.protocol)
+        if conn is not None:
+            conn.request = request
+            self._set_phase(conn, "request")
+            task = asyncio.current_task()
+            if task is not None:  # it ends after the response is written
+                task.add_done_callback(lambda _t: self._request_done(conn, request))
+        return await handler(request)
+
+    # ------------------------------------------------------------------ connection events
+    def opened(self, conn: _Conn) -> bool:
+        """Admit a new connection (evicting the longest-waiting one at the cap), or refuse it."""
+        if len(self._conns) >= self.max_connections:
+            victim = next(iter(self._waiting), None)
+            if victim is None:
+                self.dropped["refused"] += 1
+                return False
+            self.drop(victim, "evicted")
+        self._conns[conn.handler] = conn
+        self._set_phase(conn, "head")
+        return True
+
+    def data(self, conn: _Conn) -> None:
+        if conn.phase == "idle":  # the first bytes of a next request: its head must come in time
+            self._set_phase(conn, "head")
+
+    def closed(self, conn: _Conn) -> None:
+        self._conns.pop(conn.handler, None)
+        self._waiting.pop(conn, None)
+
+    def drop(self, conn: _Conn, reason: str) -> None:
+        self.closed(conn)
+        self.dropped[reason] += 1
+        if conn.transport is not None:
+            conn.transport.close()
+
+    def _request_done(self, conn: _Conn, request: web.Request) -> None:
+        if conn.request is request and conn.handler in self._conns:
+            conn.request = None
+            self._set_phase(conn, "idle")
+
+    def _set_phase(self, conn: _Conn, phase: str) -> None:
+        conn.phase = phase
+        conn.since = self.clock()
+        self._waiting.pop(conn, None)
+        if phase != "request":
+            self._waiting[conn] = None  # re-inserted: the dict stays ordered by the start of the wait
+
+    # ------------------------------------------------------------------ timeouts
+    def sweep(self) -> int:
+        """Close every connection past its phase's timeout; returns how many."""
+        now = self.clock()
+        expired = [(c, "header_timeout" if c.phase == "head" else "idle_timeout") for c in self._waiting
+                   if now - c.since > (self.header_timeout_s if c.phase == "head" else self.keepalive_timeout_s)]
+        for conn, reason in expired:
+            self.drop(conn, reason)
+        return len(expired)
+
+    async def _sweep_forever(self) -> None:
+        tick = max(0.05, min(0.5, self.header_timeout_s / 10))
+        last_report = self.clock()
+        while True:
+            await asyncio.sleep(tick)
+            self.sweep()
+            if self.clock() - last_report >= 10.0:
+                last_report = self.clock()
+                self._report()
+
+    def _report(self) -> None:
+        """One log line for the connections closed since the last report (never one per connection)."""
+        new = self.dropped - self._reported
+        if not new:
+            return
+        self._reported = self.dropped.copy()
+        level = logging.WARNING if new["evicted"] or new["refused"] else logging.INFO
+        log.log(level, "closed %d connections in the last 10 s (%s); %d open, cap %d", sum(new.values()),
+                ", ".join(f"{k}: {v}" for k, v in sorted(new.items())), len(self._conns), self.max_connections)
+
+
+class _Conn(asyncio.Protocol):
+    """aiohttp's protocol object for one connection, with the guard told of every event."""
+
+    def __init__(self, guard: ConnectionGuard, handler: Any) -> None:
+        self.guard = guard
+        self.handler = handler
+        self.transport: asyncio.Transport | None = None
+        self.phase = "new"
+        self.since = 0.0
+        self.request: web.Request | None = None
+        self.live = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        if not self.guard.opened(self):
+            transport.abort()  # type: ignore[attr-defined]
+            return
+        self.live = True
+        self.handler.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self.live:
+            self.guard.data(self)
+            self.handler.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.handler.eof_received() if self.live else None
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.guard.closed(self)
+        self.transport = None
+        if self.live:
+            self.live = False
+            self.handler.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        if self.live:
+            self.handler.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.live:
+            self.handler.resume_writing()
+
+
+def raise_open_files_limit() -> tuple[int, int]:
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit; returns (before, after)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft == resource.RLIM_INFINITY or soft >= want:
+        return soft, soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (ValueError, OSError):  # e.g. above the kernel's nr_open: keep what there is
+        return soft, soft
+    return soft, want
+
+
+def connection_cap(wanted: int, open_files: int, backlog: int = BACKLOG) -> int:
+    """The connection cap under which the process never runs out of descriptors: one burst of
+    ``backlog`` accepted sockets (asyncio accepts them before the guard sees any) and
+    ``FD_RESERVE`` descriptors for everything else fit on top of it."""
+    return max(16, min(wanted, open_files - backlog - FD_RESERVE))
+
+
+class RateLimitFilter(logging.Filter):
+    """Lets at most ``burst`` records of one kind (logger and message template) through per
+    ``window_s``; the first record after a window with suppressed ones says how many were dropped.
+    On a logger, it keeps a flood of identical errors (a failing ``accept()``, malformed requests)
+    from filling the disk."""
+
+    def __init__(self, burst: int = 5, window_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.burst = burst
+        self.window_s = window_s
+        self.clock = clock
+        self._seen: dict[tuple[str, str], list] = {}  # kind -> [window start, passed, suppressed]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = (record.name, str(record.msg)[:200])
+        now = self.clock()
+        state = self._seen.get(kind)
+        if state is None or now - state[0] >= self.window_s:
+            suppressed = state[2] if state else 0
+            if len(self._seen) > 1000:
+                self._seen.clear()
+            self._seen[kind] = [now, 1, 0]
+            if suppressed:
+                record.msg = f"{record.getMessage()} (and {suppressed} more like it suppressed in the last {self.window_s:g} s)"
+                record.args = None
+            return True
+        if state[1] < self.burst:
+            state[1] += 1
+            return True
+        state[2] += 1
+        return False
+
+
+FLOOD_PRONE_LOGGERS = ("asyncio", "aiohttp.server", "aiohttp.web", "aiohttp.access", "slime_ext.api.server")
+
+
+def install_log_limits(loggers: tuple[str, ...] = FLOOD_PRONE_LOGGERS) -> RateLimitFilter:
+    """Put one ``RateLimitFilter`` on the loggers that can repeat a line per connection or request."""
+    f = RateLimitFilter()
+    for name in loggers:
+        logging.getLogger(name).addFilter(f)
+    return f
