@@ -17,8 +17,10 @@ asserts a 400 without a traceback and that the server survives, not a JSON body.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import socket
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -347,7 +349,64 @@ def http_cases() -> list[Case]:
     return cases
 
 
-MAIN_CASES = json_cases() + message_cases() + param_cases() + tool_cases() + hostile_cases() + size_cases() + http_cases()
+def encoding_cases() -> list[Case]:
+    """Content-Encoding: a body that does not inflate is a 400 naming it, a bomb a 413 (never a 500)."""
+    def e(name: str, enc: str, body: bytes, status: int = 400, **kw: Any) -> Case:
+        return Case(f"encoding-{name}", body, status=status,
+                    headers={"Content-Type": "application/json", "Content-Encoding": enc}, **kw)
+
+    bad = dict(param="content-encoding", code="invalid_content_encoding")
+    return [
+        e("gzip_not_gzip", "gzip", b"{}", mentions=("gzip",), **bad),
+        e("deflate_not_deflate", "deflate", b"{}", mentions=("deflate",), **bad),
+        e("x_gzip_not_gzip", "x-gzip", VALID, mentions=("x-gzip",), **bad),
+        e("gzip_truncated", "gzip", gzip.compress(VALID)[:-8], mentions=("truncated",), **bad),
+        e("gzip_trailing_bytes", "gzip", gzip.compress(VALID) + b"xyz", mentions=("after the end",), **bad),
+        e("gzip_empty_body", "gzip", b"", mentions=("truncated",), **bad),
+        e("deflate_truncated", "deflate", zlib.compress(VALID)[:5], mentions=("deflate",), **bad),
+        e("gzip_bomb_100MB", "gzip", gzip.compress(b" " * 100_000_000, 9), status=413, param=None,
+          code="request_too_large", mentions=("larger than", "decompressed")),
+        e("brotli_unsupported", "br", VALID, status=415, param="content-encoding", code="unsupported_content_encoding"),
+        e("stacked_encodings", "gzip, gzip", gzip.compress(gzip.compress(VALID)), status=415,
+          param="content-encoding", code="unsupported_content_encoding"),
+    ]
+
+
+def media_cases() -> list[Case]:
+    """Bodies that are not declared JSON (what a web page can send cross-site, curl -d's default): 415."""
+    def m(name: str, ctype: str | None) -> Case:
+        return Case(f"media-{name}", VALID, status=415, param="content-type", code="unsupported_media_type",
+                    mentions=("application/json",), headers={"Content-Type": ctype} if ctype else {})
+
+    return [m("text_plain", "text/plain"), m("text_plain_charset", "text/plain;charset=UTF-8"),
+            m("form_urlencoded", "application/x-www-form-urlencoded"), m("multipart", "multipart/form-data; boundary=x"),
+            m("octet_stream", "application/octet-stream"), m("jsonp", "application/jsonp"), m("none", None)]
+
+
+def site_cases() -> list[Case]:
+    """A foreign Origin (a web page) or a non-loopback Host (DNS rebinding): 403, on every endpoint."""
+    def x(name: str, param: str, method: str = "POST", path: str = "/v1/chat/completions", **headers: str) -> Case:
+        return Case(f"site-{name}", VALID if method == "POST" else None, status=403, method=method, path=path,
+                    param=param, code=f"{param}_not_allowed", headers={"Content-Type": "application/json", **headers})
+
+    return [
+        x("foreign_origin", "origin", Origin="http://evil.example"),
+        x("foreign_origin_text_plain", "origin", Origin="http://evil.example", **{"Content-Type": "text/plain"}),
+        x("null_origin", "origin", Origin="null"),
+        x("loopback_origin_not_allowed", "origin", Origin="http://127.0.0.1:3000"),
+        x("foreign_origin_healthz", "origin", "GET", "/healthz", Origin="http://evil.example"),
+        x("foreign_origin_preflight", "origin", "OPTIONS", Origin="http://evil.example",
+          **{"Access-Control-Request-Method": "POST"}),
+        x("rebinding_host", "host", Host="evil.example"),
+        x("rebinding_host_with_port", "host", Host="evil.example:30000"),
+        x("rebinding_host_healthz", "host", "GET", "/healthz", Host="attacker.example"),
+        x("rebinding_host_models", "host", "GET", "/v1/models", Host="127.0.0.1.attacker.example"),
+        x("lan_address_host", "host", Host="192.168.1.10:30000"),
+    ]
+
+
+MAIN_CASES = (json_cases() + message_cases() + param_cases() + tool_cases() + hostile_cases() + size_cases() + http_cases()
+              + encoding_cases() + media_cases() + site_cases())
 
 
 def context_cases() -> list[Case]:

@@ -73,3 +73,39 @@ def test_setting_folders_run_serve_with_their_method(folder, method):
     assert f"--method {method}" in script.read_text() and "run_local.sh" in (root / folder / "README.md").read_text()
     r = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "--method" in r.stdout, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--api-key", "sekret-api-1234"], "--api-key"),
+    (["--user-key", "alice=sekret-user-1234"], "--user-key"),
+    (["--judge-key", "sekret-judge-1234"], "--judge-key"),
+])
+def test_secret_on_the_command_line_is_warned_about_without_echoing_it(tmp_path, flags, named):
+    """Any local user can read /proc/PID/cmdline: say so, point to the env var / YAML file, never print the key."""
+    r = cli("serve", "--model", str(tmp_path / "missing-model"), "--run-dir", str(tmp_path / "run"), *flags)
+    assert f"{named} on the command line is visible" in r.stderr and "YAML" in r.stderr, r.stderr
+    assert "sekret" not in r.stderr + r.stdout
+
+
+def test_secret_from_the_environment_or_yaml_gives_no_warning(tmp_path):
+    import os
+
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text("user_keys: {alice: sekret-user-1234}\n")
+    r = cli("serve", "--config", str(cfg), "--model", str(tmp_path / "missing-model"), "--run-dir", str(tmp_path / "run"),
+            env={**os.environ, "OPENCLAW_RL_API_KEY": "sekret-api-1234"})
+    assert r.returncode == 2 and "not a built-in model" in r.stderr
+    assert "on the command line is visible" not in r.stderr and "sekret" not in r.stderr
+
+
+def test_http_settings_are_flags_and_are_validated(tmp_path):
+    args = build_parser().parse_args(["serve", "--header-timeout-s", "3", "--body-timeout-s", "9", "--max-connections", "64",
+                                      "--keepalive-timeout-s", "20", "--allowed-origin", "http://localhost:3000",
+                                      "--allowed-origin", "https://app.example", "--allowed-host", "proxy.example"])
+    c = serve_config(args)
+    assert (c.header_timeout_s, c.body_timeout_s, c.max_connections, c.keepalive_timeout_s) == (3, 9, 64, 20)
+    assert c.allowed_origins == ["http://localhost:3000", "https://app.example"] and c.allowed_hosts == ["proxy.example"]
+    for flags, named in ((["--allowed-origin", "*"], "allowed origin"), (["--header-timeout-s", "0"], "header_timeout_s"),
+                         (["--max-connections", "2"], "max_connections")):
+        r = cli("serve", "--model", "tiny", "--run-dir", str(tmp_path / "run"), *flags)
+        assert r.returncode == 2 and named in r.stderr and "Traceback" not in r.stderr, r.stderr
