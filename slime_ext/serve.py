@@ -80,6 +80,8 @@ def open_connection_cap(wanted: int) -> int:
     from slime_ext.api.guard import connection_cap, raise_open_files_limit
 
     before, after = raise_open_files_limit()
+    if after <= 0:  # no descriptor limit to fit under
+        return wanted
     cap = connection_cap(wanted, after)
     if after != before:
         log.debug("open-files limit raised from %d to %d", before, after)

@@ -336,3 +336,14 @@ def test_rate_limit_filter():
     now[0] = 11
     r = rec()
     assert f.filter(r) and "997 more like it suppressed" in r.getMessage()
+
+
+def test_open_files_limit_is_raised_to_the_hard_limit():
+    """In a child process whose soft limit is below its hard one (the usual 1024 / 4096+ case)."""
+    import subprocess
+    import sys
+
+    code = ("import resource; from slime_ext.api.guard import raise_open_files_limit as r; "
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 200)); print(r(), resource.getrlimit(resource.RLIMIT_NOFILE))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert out.split() == ["(64,", "200)", "(200,", "200)"], out

@@ -197,12 +197,17 @@ class _Conn(asyncio.Protocol):
 
 
 def raise_open_files_limit() -> tuple[int, int]:
-    """Raise this process's soft RLIMIT_NOFILE to its hard limit; returns (before, after)."""
-    import resource
-
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit; returns (before, after), an
+    unlimited value as 2**30, and (0, 0) where there are no such limits (not a POSIX system)."""
+    try:
+        import resource
+    except ImportError:
+        return 0, 0
+    unlimited = 1 << 30
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
-    if soft == resource.RLIM_INFINITY or soft >= want:
+    soft = unlimited if soft == resource.RLIM_INFINITY else soft
+    want = min(hard, unlimited) if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft >= want:
         return soft, soft
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
