@@ -38,10 +38,12 @@ BODY = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "hi
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
-    """Short timeouts and an API key; open files limited to 256, so a flood would exhaust them."""
+    """Short timeouts, an API key, one allowed web origin and proxy host; open files limited to 256,
+    so a flood would exhaust them."""
     s = ServerProcess(tmp_path_factory.mktemp("hard") / "run", open_files=256,
                       extra=["--method", "none", "--api-key", KEY, "--header-timeout-s", str(HEADER_TIMEOUT),
-                             "--body-timeout-s", str(BODY_TIMEOUT), "--keepalive-timeout-s", "30"]).start()
+                             "--body-timeout-s", str(BODY_TIMEOUT), "--keepalive-timeout-s", "30",
+                             "--allowed-origin", "http://localhost:3000/", "--allowed-host", "proxy.example"]).start()
     yield s
     s.stop()
 
@@ -177,8 +179,9 @@ def test_cross_site_text_plain_post_is_refused_and_not_recorded(srv):
     assert len(srv.records()["sessions"]) == before
 
 
-def test_allowed_origin_gets_cors_headers(make_server):
-    s = make_server(extra=["--allowed-origin", "http://localhost:3000/", "--allowed-host", "proxy.example"])
+def test_allowed_origin_gets_cors_headers(srv):
+    s = srv
+    # the preflight carries no credentials: it is answered before the key is checked
     req = urllib.request.Request(s.url + "/chat/completions", method="OPTIONS", headers={
         "Origin": "http://localhost:3000", "Access-Control-Request-Method": "POST",
         "Access-Control-Request-Headers": "authorization, content-type"})
@@ -187,10 +190,12 @@ def test_allowed_origin_gets_cors_headers(make_server):
         assert r.headers["Access-Control-Allow-Origin"] == "http://localhost:3000"
         assert "POST" in r.headers["Access-Control-Allow-Methods"]
         assert "content-type" in r.headers["Access-Control-Allow-Headers"]
-    status, body, headers = post(s, Authorization="", Origin="http://localhost:3000")
+    status, body, headers = post(s, Origin="http://localhost:3000")
     assert status == 200 and headers["Access-Control-Allow-Origin"] == "http://localhost:3000", body
-    assert post(s, Authorization="", Host="proxy.example")[0] == 200
-    status, body, headers = post(s, Authorization="", Origin="http://localhost:3001")
+    status, body, headers = post(s, Origin="http://localhost:3000", Authorization="")  # the key is still needed
+    assert status == 401 and headers["Access-Control-Allow-Origin"] == "http://localhost:3000", body
+    assert post(s, Host="proxy.example")[0] == 200
+    status, body, headers = post(s, Origin="http://localhost:3001")
     assert status == 403 and "Access-Control-Allow-Origin" not in headers, body
 
 
