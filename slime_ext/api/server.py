@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from concurrent.futures import ThreadPoolExecutor
 import json
 import logging
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
