@@ -111,3 +111,32 @@ def test_anonymous_requests_share_sessions_as_before(tiny_server):
     reply_of(tiny_server, [{"role": "user", "content": "second"}], headers=h)
     s = sessions(tiny_server)["anon-chat"]
     assert len(s["turns"]) == 2 and s["turns"][0]["next_state"] == "second"
+
+
+def test_a_shared_key_cannot_claim_a_keyed_user_nor_learn_whose_session_an_id_is(make_server):
+    srv = make_server(extra=[*USERS, "--api-key", "shared"])
+    reply_of(srv, [{"role": "user", "content": "bob's question"}], "key-b", {"X-Session-Id": "bob-chat"})
+    # the shared key naming a keyed user in `user` is refused, and nothing reaches bob's session
+    body = json.dumps({"model": "m", "user": "bob", "max_tokens": 2,
+                       "messages": [{"role": "user", "content": "No, that's wrong."}]}).encode()
+    req = urllib.request.Request(srv.url + "/chat/completions", data=body, headers={
+        "Content-Type": "application/json", "Authorization": "Bearer shared", "X-Session-Id": "bob-chat"})
+    try:
+        urllib.request.urlopen(req, timeout=60)
+        raise AssertionError("a shared key acted as bob")
+    except urllib.error.HTTPError as e:
+        err = json.loads(e.read())["error"]
+        assert e.code == 403 and err["param"] == "user" and "per-user API key" in err["message"]
+    # a user field that names no keyed user is still that request's user
+    status, _ = post(srv, [{"role": "user", "content": "hello"}], "shared")
+    assert status == 200
+    # alice streaming with bob's id is answered with the id she sent, not a derived one that tells her it is taken
+    body = json.dumps({"model": "m", "stream": True, "max_tokens": 2,
+                       "messages": [{"role": "user", "content": "hi"}]}).encode()
+    req = urllib.request.Request(srv.url + "/chat/completions", data=body, headers={
+        "Content-Type": "application/json", "Authorization": "Bearer key-a", "X-Session-Id": "bob-chat"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert r.headers["X-Session-Id"] == "bob-chat"
+        r.read()
+    bob = sessions(srv)["bob-chat"]
+    assert bob["user"] == "bob" and len(bob["turns"]) == 1 and bob["turns"][0]["next_state"] is None

@@ -12,6 +12,9 @@
 - **Content-Encoding**: ``gzip`` and ``deflate`` bodies are inflated here, at most to the body limit
   (413 past it, so a small compressed body cannot expand into gigabytes); a body that does not
   inflate is a 400 naming the encoding; other encodings are a 415.
+- **Who the user is** (``request_user``): a per-user key names its user; a request that did not
+  authenticate with a per-user key cannot claim one of those names in its ``user`` field (403), so
+  a shared key cannot reach a keyed user's sessions or feedback.
 
 Everything here is a pure function of header values and bytes; each raises ``ApiError``.
 """
@@ -132,3 +135,15 @@ def _inflate(raw: bytes, wbits: int, enc: str, limit: int) -> bytes:
         raise ApiError(f"the request body has {len(d.unused_data)} bytes after the end of its {enc} data",
                        param="content-encoding", code="invalid_content_encoding")
     return out
+
+
+def request_user(key_user: str | None, field_user: str | None, key_identity: str | None,
+                 keyed_users: frozenset[str]) -> str | None:
+    """Whose turn this is: the user a per-user key names, else the request's ``user`` field, else a
+    hash of its key. A ``user`` field naming a keyed user is refused unless that user's key was sent."""
+    if key_user:
+        return key_user
+    if field_user and field_user in keyed_users:
+        raise ApiError(f"user {field_user!r} has a per-user API key: send that key to act as this user",
+                       status=403, type="permission_error", param="user", code="user_key_required")
+    return field_user or key_identity

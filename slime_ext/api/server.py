@@ -29,7 +29,7 @@ from slime_ext.api.errors import ApiError
 from slime_ext.api.guard import ConnectionGuard
 from slime_ext.api.metrics import Metrics
 from slime_ext.api.policy import (check_content_type, check_host, check_origin, decode_body, host_name, is_loopback,
-                                  normalize_origin)
+                                  normalize_origin, request_user)
 from slime_ext.api.prompt import PromptRenderer, stop_token_ids
 from slime_ext.api.reply import ReplyParser
 from slime_ext.api.schemas import ChatRequest, parse_chat_request
@@ -266,8 +266,8 @@ class ChatServer:
         sampling = SamplingParams(
             temperature=req.temperature, top_p=req.top_p, max_new_tokens=max_new, seed=req.seed, stop_token_ids=self.stop_ids
         )
-        # the user a per-user key names, else the request's `user` field, else a hash of its key
-        user = request.get("key_user") or req.user or _key_identity(request)
+        user = request_user(request.get("key_user"), req.user, _key_identity(request),
+                            frozenset(self.settings.user_keys or ()))
         headers = {k.lower(): v for k, v in request.headers.items() if k.lower().startswith("x-")}
         try:  # the session id is stored: aiohttp turns bytes that are not UTF-8 into surrogates it cannot encode
             headers.get("x-session-id", "").encode("utf-8")
@@ -418,7 +418,7 @@ class _Generation:
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                           "X-Session-Id": self.a.session_id})
+                                           "X-Session-Id": self.a.client_session_id})
         await resp.prepare(request)
         try:
             await resp.write(self._chunk({"role": "assistant", "content": ""}))
