@@ -36,8 +36,9 @@ def test_lora_cycle_on_smollm2_moves_logprobs_the_way_the_verdicts_say(make_serv
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
+    # float32: the recorded log-probs are compared with a float32 forward pass to 1e-2 per token
     srv = make_server(model="smollm2-135m", extra=["--method", "binary", "--batch-size", "4", "--lora-rank", "8",
-                                                   "--lr", "5e-4", "--status-interval-s", "0"])
+                                                   "--lr", "5e-4", "--status-interval-s", "0", "--dtype", "float32"])
     for i, (question, feedback) in enumerate(PROMPTS):
         u = {"role": "user", "content": question}
         reply = chat(srv, [u], seed=i)["choices"][0]["message"]["content"]

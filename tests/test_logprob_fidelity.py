@@ -47,17 +47,15 @@ def mean_abs_diff(srv, dtype):
     return torch.cat(diffs).mean().item()
 
 
-@pytest.mark.slow
-def test_float32_logprobs_match_teacher_forcing(make_server):
-    srv = make_server("smollm2-135m", extra=["--dtype", "float32"])
-    diff = mean_abs_diff(srv, torch.float32)
-    print(f"float32 mean |recorded - teacher-forced| = {diff:.2e}")
-    assert diff < 1e-2
+# mean |recorded - teacher-forced| bound per engine dtype: float32 measures about 4e-6, bfloat16
+# about 3e-2 (rounding of cached decode vs a full pass, see docs/engine.md)
+TOLERANCE = {"float32": 1e-3, "bfloat16": 0.1}
 
 
 @pytest.mark.slow
-def test_bfloat16_logprobs_close_to_teacher_forcing(make_server):
-    srv = make_server("smollm2-135m", extra=["--dtype", "bfloat16"])
-    diff = mean_abs_diff(srv, torch.bfloat16)
-    print(f"bfloat16 mean |recorded - teacher-forced| = {diff:.2e}")
-    assert diff < 0.1  # bf16 rounding of cached decode vs a full pass; measured about 0.03
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_recorded_logprobs_match_teacher_forcing(make_server, dtype):
+    srv = make_server("smollm2-135m", extra=["--dtype", dtype])
+    diff = mean_abs_diff(srv, getattr(torch, dtype))
+    print(f"{dtype} mean |recorded - teacher-forced| = {diff:.2e}")
+    assert diff < TOLERANCE[dtype]

@@ -60,7 +60,8 @@ class DecodeThrottle:
 @pytest.fixture
 async def served(tmp_path):
     run_dir = tmp_path / "run"
-    server = build_server(ServeConfig(model="tiny", run_dir=str(run_dir)))
+    # float32: scores and recorded log-probs are compared with a reference forward pass to 1e-3
+    server = build_server(ServeConfig(model="tiny", run_dir=str(run_dir), dtype="float32"))
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
