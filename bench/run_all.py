@@ -21,6 +21,7 @@ HERE = Path(__file__).resolve().parent
 BENCHMARKS = {
     "proxy_overhead": [],
     "generation_throughput": [],
+    "prefill_interference": [],
     "learning_latency": [],
     "backlog_drops": [],
     "opd_overhead": [],
@@ -33,6 +34,7 @@ BENCHMARKS = {
 QUICK = {
     "proxy_overhead": ["--requests", "32", "--rounds", "2"],
     "generation_throughput": ["--concurrency", "1,8", "--max-tokens", "32", "--waves", "1"],
+    "prefill_interference": ["--prompt-tokens", "8000"],
     "learning_latency": ["--quick"],
     "backlog_drops": ["--quick"],
     "opd_overhead": ["--quick"],
