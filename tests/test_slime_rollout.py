@@ -57,8 +57,9 @@ def sglang_source(tmp_path):
     fake = asyncio.run_coroutine_threadsafe(up(), loop).result(60)
     sources = []
 
-    def make(method):
-        cfg = ServeConfig(model="tiny", port=0, run_dir=str(tmp_path / method), method=method, judge="heuristic")
+    def make(method, **settings):
+        cfg = ServeConfig(model="tiny", port=0, run_dir=str(tmp_path / method), method=method, judge="heuristic",
+                          **settings)
         src = LiveSource(cfg, lambda: SGLangEngine.connect(fake.url), AutoTokenizer.from_pretrained(str(model_dir)),
                          poll_s=0.1).start()
         sources.append(src)
@@ -183,3 +184,18 @@ def test_a_backlog_older_than_the_cap_is_handed_to_slime_not_dropped(tmp_path):
         assert m["openclaw/staleness_max"] == 10 and m["openclaw/over_cap_turns"] == 4
     finally:
         src.store.close()
+
+
+def test_the_rollout_server_drops_a_half_sent_request_as_serve_does(sglang_source):
+    """Slime's API server is behind the same connection guard as ``serve``: a request head that stops
+    arriving is dropped after the header timeout, and the server keeps answering."""
+    import socket
+    import time
+
+    src = sglang_source("binary", header_timeout_s=0.5)
+    with socket.create_connection(("127.0.0.1", src.port), timeout=30) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and then nothing
+        started = time.monotonic()
+        assert sock.recv(1024) == b""  # the server closed it (a timeout here raises instead)
+        assert time.monotonic() - started < 20
+    assert chat(src.port, [{"role": "user", "content": "still there?"}], seed=1) is not None

@@ -98,6 +98,7 @@ class LiveSource:
         self.loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._runner = None
+        self._listener = None
         self._error: Exception | None = None
         self._next_index = 0
         self.port = cfg.port
@@ -125,9 +126,9 @@ class LiveSource:
             self.server = build_server(self.cfg, engine=self.engine, tokenizer=self.tokenizer)
             self._runner = web.AppRunner(self.server.app(), access_log=None)
             await self._runner.setup()
-            site = web.TCPSite(self._runner, self.cfg.host, self.cfg.port)
-            await site.start()
-            self.port = self._runner.addresses[0][1]
+            # behind the connection guard, as `serve` is: read timeouts and a cap on open connections
+            self._listener = await self.server.guard.listen(self._runner.server, self.cfg.host, self.cfg.port)
+            self.port = self._listener.sockets[0].getsockname()[1]
             self._ready.set()
 
         try:
@@ -141,6 +142,7 @@ class LiveSource:
 
     def stop(self) -> None:
         async def down() -> None:
+            self._listener.close()
             await self._runner.cleanup()
             await self.engine.close()
             self.server.store.close()
