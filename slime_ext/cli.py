@@ -81,7 +81,8 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, help=f"judged turns per training step [{d.batch_size}]")
     p.add_argument("--lora-rank", type=int, help=f"LoRA rank; 0 trains full weights [{d.lora_rank}]")
     p.add_argument("--lr", type=float, help=f"learning rate [{d.lr:g}]")
-    p.add_argument("--max-staleness", type=int, help=f"drop turns sampled more than this many versions ago [{d.max_staleness}]")
+    p.add_argument("--max-staleness", type=int, help="take a backlog in steps large enough that no turn is trained more than this many versions after "
+                   f"it was sampled; turns are never dropped for their age [{d.max_staleness}]")
     p.add_argument("--baseline", choices=["none", "running"],
                    help=f"advantage baseline: none (advantage = verdict) or running (minus an EMA of earlier verdicts) [{d.baseline}]")
     p.add_argument("--keep-checkpoints", type=int,
