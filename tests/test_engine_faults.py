@@ -264,7 +264,7 @@ def stream_tokens(srv, body: dict, events: list) -> None:
 def test_a_tiny_temperature_beside_a_running_stream(tiny_server):
     hi = [{"role": "user", "content": "hi"}]
     events: list = []
-    streamer = threading.Thread(target=stream_tokens, args=(tiny_server, {"messages": hi, "max_tokens": 1000, "seed": 1}, events))
+    streamer = threading.Thread(target=stream_tokens, args=(tiny_server, {"messages": hi, "max_tokens": 300, "seed": 1}, events))
     streamer.start()
     deadline = time.time() + 60
     while not events and time.time() < deadline:
