@@ -34,7 +34,8 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
                    help="a per-user API key (repeatable): requests with KEY are that user's turns and metrics")
     p.add_argument("--served-model-name", help="model id reported by /v1/models [the --model value]")
     p.add_argument("--dtype", choices=["auto", "bfloat16", "float32"],
-                   help=f"engine dtype; auto: bfloat16 where the CPU has native bf16, else float32 [{d.dtype}]")
+                   help=f"engine dtype; auto: float32 (exact log-probs; the start-up log says why, and what bfloat16 "
+                        f"would give on this CPU) [{d.dtype}]")
     p.add_argument("--threads", type=int, help="torch threads for the engine [all cores]")
     p.add_argument("--max-batch-size", type=int, help=f"sequences decoded together [{d.max_batch_size}]")
     p.add_argument("--prefix-cache-tokens", type=int, help=f"prompt KV kept for reuse across requests, in tokens; 0: off [{d.prefix_cache_tokens}]")

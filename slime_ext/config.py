@@ -20,7 +20,7 @@ class ServeConfig:
     api_key: str = ""  # also OPENCLAW_RL_API_KEY or SGLANG_API_KEY
     user_keys: dict[str, str] = field(default_factory=dict)  # per-user API keys: {user name: key}
     served_model_name: str = ""  # the id /v1/models reports; default: the --model value
-    dtype: str = "auto"  # bfloat16 on CPUs with native bf16, else float32
+    dtype: str = "auto"  # auto = float32 on CPUs (see docs/engine.md, the dtype section)
     threads: int = 0  # 0: all cores
     max_batch_size: int = 32
     prefix_cache_tokens: int = 32768  # KV of recent prompts kept for reuse; 0 turns it off
