@@ -42,6 +42,9 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--context-length", type=int, help="cap the context below the model's own")
     p.add_argument("--max-tokens-cap", type=int, help=f"most new tokens per response [{d.max_tokens_cap}]")
     p.add_argument("--default-max-tokens", type=int, help=f"new tokens when a request names none [{d.default_max_tokens}]")
+    p.add_argument("--sampling-defaults", choices=["model", "openai"],
+                   help=f"temperature / top_p of a request that names none: the model's generation_config.json "
+                        f"(smollm2-135m: 0.2 / 0.9), or OpenAI's 1.0 / 1.0 [{d.sampling_defaults}]")
     p.add_argument("--max-body-mb", type=float, help=f"largest request body [{d.max_body_mb}]")
     p.add_argument("--header-timeout-s", type=float,
                    help=f"close a connection whose request line and headers have not all arrived this long after they began [{d.header_timeout_s:g}]")
@@ -72,9 +75,23 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
                    help=f"OPD teacher: the initial model (base) or the current policy, shown the hint [{d.teacher}]")
     p.add_argument("--w-rl", type=float, help=f"Combine: weight of the verdict term [{d.w_rl:g}]")
     p.add_argument("--w-opd", type=float, help=f"Combine / OPD: weight of the teacher term [{d.w_opd:g}]")
-    p.add_argument("--distill", choices=["token", "topk"],
-                   help=f"OPD signal: token (teacher - rollout log-prob as the advantage) or topk (reverse KL "
-                        f"over the teacher's top-k tokens plus a tail bin) [{d.distill}]")
+    p.add_argument("--distill", choices=["token", "topk", "forward_kl", "jsd"],
+                   help=f"OPD signal: token (teacher - rollout log-prob as the advantage), or at every position over "
+                        f"the teacher's top-k tokens plus a tail bin: topk (reverse KL), forward_kl, or jsd "
+                        f"(JSD(--jsd-beta)) [{d.distill}]")
+    p.add_argument("--jsd-beta", type=float, help=f"--distill jsd: 0 is forward KL, 1 reverse KL [{d.jsd_beta:g}]")
+    p.add_argument("--group-size", type=int,
+                   help=f"samples per hinted turn: the recorded response plus this minus 1 fresh samples of the "
+                        f"current policy drawn by the trainer, with group-normalized advantages; 1: no groups "
+                        f"[{d.group_size}]")
+    p.add_argument("--group-temperature", type=float,
+                   help=f"the trainer's sampling temperature for fresh group samples [{d.group_temperature:g}]")
+    p.add_argument("--group-max-new-tokens", type=int, help=f"most tokens of a fresh group sample [{d.group_max_new_tokens}]")
+    p.add_argument("--group-estimator", choices=["grpo", "drgrpo"],
+                   help=f"group advantage: grpo ((r - mean) / std) or drgrpo (r - mean) [{d.group_estimator}]")
+    p.add_argument("--implicit-reward-scale", type=float,
+                   help=f"a fresh sample's reward is tanh(mean hinted-teacher minus student log-prob per token / "
+                        f"this) [{d.implicit_reward_scale:g}]")
     p.add_argument("--topk", type=int, help=f"k of --distill topk [{d.topk}]")
     p.add_argument("--topk-support", choices=["teacher", "student"],
                    help=f"--distill topk over the teacher's top-k tokens or the student's [{d.topk_support}]")

@@ -6,8 +6,13 @@ import asyncio
 import logging
 import os
 import signal
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slime_ext.config import ServeConfig
+
+if TYPE_CHECKING:
+    from slime_ext.models.generation import SamplingDefaults
 
 log = logging.getLogger("openclaw_rl")
 
@@ -25,12 +30,14 @@ def build_server(cfg: ServeConfig, engine=None, tokenizer=None):
     from slime_ext.store import Store
 
     embedded = engine is None
+    # the served checkpoint; on Slime (engine and tokenizer given) the HF checkpoint the tokenizer came from
+    model_dir = resolve_model(cfg.model, progress=log.info) if embedded or tokenizer is None else None
     if tokenizer is None:
-        tokenizer = AutoTokenizer.from_pretrained(str(resolve_model(cfg.model, progress=log.info)))
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     if embedded:
         threads = cfg.threads or (max(1, (os.cpu_count() or 1) - 1) if cfg.method != "none" else None)
         engine = LocalEngine(
-            resolve_model(cfg.model, progress=log.info), dtype=cfg.dtype, threads=threads,
+            model_dir, dtype=cfg.dtype, threads=threads,
             max_batch_size=cfg.max_batch_size, context_length=cfg.context_length or None,
             prefix_cache_tokens=cfg.prefix_cache_tokens,
         )
@@ -46,12 +53,25 @@ def build_server(cfg: ServeConfig, engine=None, tokenizer=None):
         allowed_origins=tuple(cfg.allowed_origins), header_timeout_s=cfg.header_timeout_s,
         body_timeout_s=cfg.body_timeout_s, keepalive_timeout_s=cfg.keepalive_timeout_s,
         max_connections=open_connection_cap(cfg.max_connections),
+        sampling=served_sampling_defaults(cfg, model_dir or getattr(tokenizer, "name_or_path", None)),
     )
     from slime_ext.trainers.process import CheckpointWatcher
 
     judge_worker = build_judge_worker(cfg, store, engine, tokenizer)
     watcher = CheckpointWatcher(engine, cfg.resolved_run_dir()) if embedded else None
     return ChatServer(engine, tokenizer, store, tracker, settings, judge_worker=judge_worker, checkpoints=watcher)
+
+
+def served_sampling_defaults(cfg: ServeConfig, model_dir: str | Path | None) -> SamplingDefaults:
+    """The ``SamplingDefaults`` (temperature / top_p) of requests that name none, logged with where
+    they came from.
+
+    ``model_dir``: the served checkpoint (on Slime, the HF checkpoint its tokenizer was loaded from)."""
+    from slime_ext.models.generation import sampling_defaults
+
+    defaults = sampling_defaults(model_dir, cfg.sampling_defaults)
+    log.info("requests without temperature / top_p: %s", defaults.describe())
+    return defaults
 
 
 def build_judge_worker(cfg: ServeConfig, store, engine=None, tokenizer=None):

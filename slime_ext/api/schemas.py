@@ -3,7 +3,8 @@
 Every check names the offending field (``param``) the way OpenAI does, e.g. ``messages[2].role``.
 Fields we do not use (``frequency_penalty``, ``logit_bias``, ``response_format``, ...) are
 accepted and ignored, as OpenAI-compatible servers commonly do; ``n > 1`` is refused because a
-recorded turn is one sampled response.
+recorded turn is one sampled response. An omitted (or null) ``temperature`` / ``top_p`` stays
+``None`` here: the server fills in the served model's defaults (slime_ext/models/generation.py).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ class ChatRequest:
     stream: bool = False
     include_usage: bool = False
     max_tokens: int | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
+    temperature: float | None = None  # None: omitted, the server's defaults apply (the model's own)
+    top_p: float | None = None
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
     tools: list[dict[str, Any]] = field(default_factory=list)
@@ -39,10 +40,10 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _number(body: dict, name: str, default: float, lo: float, hi: float) -> float:
+def _number(body: dict, name: str, lo: float, hi: float) -> float | None:
     v = body.get(name)
     if v is None:
-        return default
+        return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise ApiError(f"'{name}' must be a number", param=name)
     if not lo <= v <= hi:
@@ -239,8 +240,8 @@ def parse_chat_request(body: Any) -> ChatRequest:
         stream=stream,
         include_usage=include_usage,
         max_tokens=max_tokens,
-        temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
-        top_p=_number(body, "top_p", 1.0, 0.0, 1.0),
+        temperature=_number(body, "temperature", 0.0, 2.0),
+        top_p=_number(body, "top_p", 0.0, 1.0),
         stop=stop,
         seed=seed,
         tools=tools,

@@ -34,6 +34,7 @@ from slime_ext.api.prompt import PromptRenderer, stop_token_ids
 from slime_ext.api.reply import ReplyParser
 from slime_ext.api.schemas import ChatRequest, parse_chat_request
 from slime_ext.engines.base import EngineError, SamplingParams
+from slime_ext.models.generation import OPENAI_DEFAULTS, SamplingDefaults
 from slime_ext.sessions import Assignment, SessionTracker, message_key
 from slime_ext.types import Turn
 
@@ -48,6 +49,7 @@ class ServerSettings:
     max_body_bytes: int = 8 * 1024 * 1024
     max_tokens_cap: int = 1024  # the most new tokens one response may take
     default_max_tokens: int = 512  # when the request names none
+    sampling: SamplingDefaults = OPENAI_DEFAULTS  # temperature / top_p when the request names none
     session_sweep_s: float = 30.0
     bound_host: str = "127.0.0.1"  # bound to a loopback address: the Host header must be a loopback name
     allowed_hosts: tuple[str, ...] = ()  # more Host names accepted then (a reverse proxy's)
@@ -209,6 +211,8 @@ class ChatServer:
                 "status": "ok",
                 "model": self.settings.model_name,
                 "policy_version": self.engine.policy_version,
+                "sampling_defaults": {"temperature": self.settings.sampling.temperature,
+                                      "top_p": self.settings.sampling.top_p, "source": self.settings.sampling.source},
                 "requests_in_flight": self.in_flight,
                 "sessions_open": self.tracker.open_sessions,
                 **counts,
@@ -263,8 +267,11 @@ class ChatServer:
                 param="messages", code="context_length_exceeded",
             )
         max_new = min(req.max_tokens or self.settings.default_max_tokens, self.settings.max_tokens_cap, ctx - len(prompt_ids))
+        defaults = self.settings.sampling  # the request's own values win
         sampling = SamplingParams(
-            temperature=req.temperature, top_p=req.top_p, max_new_tokens=max_new, seed=req.seed, stop_token_ids=self.stop_ids
+            temperature=defaults.temperature if req.temperature is None else req.temperature,
+            top_p=defaults.top_p if req.top_p is None else req.top_p,
+            max_new_tokens=max_new, seed=req.seed, stop_token_ids=self.stop_ids,
         )
         user = request_user(request.get("key_user"), req.user, _key_identity(request),
                             frozenset(self.settings.user_keys or ()))

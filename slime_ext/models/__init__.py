@@ -7,6 +7,9 @@ Accepted values:
                  that supports tools; a long context, for fast tests.
   <directory>    any local Hugging Face causal-LM directory.
 
+A built-in model's checkpoint carries the sampling values its authors recommend in
+``generation_config.json`` (``BUILTIN_GENERATION``), also added to a cache converted before them.
+
 Nothing is downloaded: the hub is never contacted (``HF_HUB_OFFLINE`` is forced on).
 Conversions are written to a temporary directory and renamed into place, so an interrupted
 conversion never leaves a half-written checkpoint behind.
@@ -17,7 +20,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from slime_ext.models.builtin import BUILTIN_MODELS, build_builtin
+from slime_ext.models.builtin import BUILTIN_MODELS, build_builtin, ensure_generation_defaults
 
 __all__ = ["BUILTIN_MODELS", "cache_dir", "resolve_model"]
 
@@ -36,6 +39,8 @@ def resolve_model(name: str, *, progress=print) -> Path:
         target = cache_dir() / name
         if not (target / "config.json").exists():
             build_builtin(name, target, progress=progress)
+        elif ensure_generation_defaults(name, target):  # a cache converted before they were recommended
+            progress(f"{name}: recommended sampling defaults written to {target / 'generation_config.json'}")
         return target
     path = Path(name).expanduser()
     if not path.is_dir():

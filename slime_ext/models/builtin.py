@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# Sampling values the model's authors recommend, written into the checkpoint's generation_config.json
+# (what a request that omits them is sampled with: slime_ext/models/generation.py). SmolLM2's model
+# card: temperature 0.2, top-p 0.9; at temperature 1 the 135M model rambles. `tiny` has none: it keeps
+# OpenAI's 1.0 / 1.0, which its sampling tests rely on.
+BUILTIN_GENERATION: dict[str, dict[str, object]] = {
+    "smollm2-135m": {"do_sample": True, "temperature": 0.2, "top_p": 0.9},
+}
 
 # A Qwen-style template: system, user, assistant (with <tool_call> blocks) and tool messages,
 # and a <tools> section when tools are given. Used by the `tiny` model so the tool path through
@@ -125,6 +135,7 @@ def build_builtin(name: str, target: Path, *, progress=print) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
     try:
         BUILTIN_MODELS[name](tmp, progress)
+        ensure_generation_defaults(name, tmp)
         try:
             tmp.rename(target)
         except OSError:  # another process finished first
@@ -133,3 +144,27 @@ def build_builtin(name: str, target: Path, *, progress=print) -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     progress(f"{name}: ready in {time.time() - started:.1f} s at {target}")
+
+
+def ensure_generation_defaults(name: str, folder: Path) -> bool:
+    """Make ``folder/generation_config.json`` hold ``BUILTIN_GENERATION[name]``; True when it was rewritten.
+
+    Runs on every resolve, so a checkpoint converted before these values existed (or edited since)
+    gets them without a reconversion. The rest of the file is kept; the write is atomic."""
+    wanted = BUILTIN_GENERATION.get(name)
+    if not wanted:
+        return False
+    path = folder / "generation_config.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    if all(data.get(k) == v for k, v in wanted.items()):
+        return False
+    data.update(wanted)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    return True
