@@ -75,9 +75,23 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
                    help=f"OPD teacher: the initial model (base) or the current policy, shown the hint [{d.teacher}]")
     p.add_argument("--w-rl", type=float, help=f"Combine: weight of the verdict term [{d.w_rl:g}]")
     p.add_argument("--w-opd", type=float, help=f"Combine / OPD: weight of the teacher term [{d.w_opd:g}]")
-    p.add_argument("--distill", choices=["token", "topk"],
-                   help=f"OPD signal: token (teacher - rollout log-prob as the advantage) or topk (reverse KL "
-                        f"over the teacher's top-k tokens plus a tail bin) [{d.distill}]")
+    p.add_argument("--distill", choices=["token", "topk", "forward_kl", "jsd"],
+                   help=f"OPD signal: token (teacher - rollout log-prob as the advantage), or at every position over "
+                        f"the teacher's top-k tokens plus a tail bin: topk (reverse KL), forward_kl, or jsd "
+                        f"(JSD(--jsd-beta)) [{d.distill}]")
+    p.add_argument("--jsd-beta", type=float, help=f"--distill jsd: 0 is forward KL, 1 reverse KL [{d.jsd_beta:g}]")
+    p.add_argument("--group-size", type=int,
+                   help=f"samples per hinted turn: the recorded response plus this minus 1 fresh samples of the "
+                        f"current policy drawn by the trainer, with group-normalized advantages; 1: no groups "
+                        f"[{d.group_size}]")
+    p.add_argument("--group-temperature", type=float,
+                   help=f"the trainer's sampling temperature for fresh group samples [{d.group_temperature:g}]")
+    p.add_argument("--group-max-new-tokens", type=int, help=f"most tokens of a fresh group sample [{d.group_max_new_tokens}]")
+    p.add_argument("--group-estimator", choices=["grpo", "drgrpo"],
+                   help=f"group advantage: grpo ((r - mean) / std) or drgrpo (r - mean) [{d.group_estimator}]")
+    p.add_argument("--implicit-reward-scale", type=float,
+                   help=f"a fresh sample's reward is tanh(mean hinted-teacher minus student log-prob per token / "
+                        f"this) [{d.implicit_reward_scale:g}]")
     p.add_argument("--topk", type=int, help=f"k of --distill topk [{d.topk}]")
     p.add_argument("--topk-support", choices=["teacher", "student"],
                    help=f"--distill topk over the teacher's top-k tokens or the student's [{d.topk_support}]")

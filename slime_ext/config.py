@@ -65,9 +65,18 @@ class ServeConfig:
     w_rl: float = 1.0  # Combine: weight of the verdict term
     w_opd: float = 1.0  # Combine / OPD: weight of the teacher term
     opd_clip: float = 5.0  # bound on |teacher - rollout| log-prob per token
-    distill: str = "token"  # "token" (teacher - rollout in the advantage) or "topk" (reverse KL over the teacher's top-k)
+    # "token" (teacher - rollout in the advantage), or at every position over the teacher's top-k plus a tail
+    # bin: "topk" (reverse KL), "forward_kl" or "jsd" (JSD(jsd_beta)); see docs/learning.md
+    distill: str = "token"
     topk: int = 16
     topk_support: str = "teacher"  # the teacher's top-k, or the student's
+    jsd_beta: float = 0.5
+    # groups of fresh on-policy samples per hinted turn, drawn by the trainer (1: the recorded response alone)
+    group_size: int = 1
+    group_temperature: float = 0.7
+    group_max_new_tokens: int = 64
+    group_estimator: str = "grpo"  # "grpo" or "drgrpo"
+    implicit_reward_scale: float = 1.0  # a fresh sample's reward: tanh(mean hinted-teacher gap / this)
 
     def trainer_config(self):
         """The trainer's settings, taken from these."""
@@ -77,6 +86,9 @@ class ServeConfig:
         return TrainerConfig(method=self.method, batch_size=self.batch_size, lr=self.lr, lora_rank=self.lora_rank,
                              teacher=self.teacher, w_rl=self.w_rl, w_opd=self.w_opd, opd_clip=self.opd_clip,
                              distill=self.distill, topk=self.topk, topk_support=self.topk_support,
+                             jsd_beta=self.jsd_beta, group_size=self.group_size,
+                             group_temperature=self.group_temperature, group_max_new_tokens=self.group_max_new_tokens,
+                             group_estimator=self.group_estimator, implicit_reward_scale=self.implicit_reward_scale,
                              max_staleness=self.max_staleness, baseline=self.baseline,
                              keep_checkpoints=self.keep_checkpoints,
                              loss=PolicyLossConfig(kl_coef=self.kl_coef))
@@ -110,8 +122,9 @@ class ServeConfig:
             raise ValueError(f"sampling_defaults {self.sampling_defaults!r}: expected {' or '.join(CHOICES)}")
         if self.topk_support not in ("teacher", "student"):
             raise ValueError(f"topk_support {self.topk_support!r}: expected teacher or student")
-        if self.distill not in ("token", "topk") or self.topk < 1:
-            raise ValueError(f"distill {self.distill!r} / topk {self.topk}: expected token or topk, and topk >= 1")
+        if self.topk < 1:
+            raise ValueError(f"topk must be >= 1, got {self.topk}")
+        self.trainer_config().validate()  # distill, jsd_beta and the group settings, named
         if self.teacher not in ("base", "policy"):
             raise ValueError(f"teacher {self.teacher!r}: expected base or policy")
         if self.w_rl < 0 or self.w_opd < 0 or self.opd_clip <= 0:

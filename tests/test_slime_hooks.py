@@ -168,3 +168,14 @@ def test_custom_loss_keeps_the_graph_when_nothing_is_trainable(slime_loss_module
     loss, _ = combine_loss(SimpleNamespace(), batch, logits, slime_sum_of_sample_mean([2], batch["loss_masks"]))
     loss.backward()
     assert float(loss) == 0.0 and logits.grad is not None
+
+
+@pytest.mark.parametrize("settings, named", [({"distill": "forward_kl"}, "distill: forward_kl needs the embedded"),
+                                             ({"group_size": 4}, "group_size > 1 needs the embedded")])
+def test_the_live_rollout_refuses_what_only_the_embedded_trainer_does_yet(settings, named):
+    from slime_ext.hooks.rollout import live_source
+
+    args = SimpleNamespace(openclaw_rl={"method": "combine", "teacher": "policy", "port": 1, **settings},
+                           n_samples_per_prompt=1, sglang_router_ip="127.0.0.1", sglang_router_port=1)
+    with pytest.raises(ValueError, match=named):
+        live_source(args)

@@ -68,9 +68,12 @@ def live_source(args) -> LiveSource:
         if cfg.method in ("opd", "combine") and cfg.teacher != "policy":
             raise ValueError("teacher: on Slime the teacher is the current policy served by SGLang (it holds no "
                              "frozen base); set teacher: policy (the launch scripts do)")
-        if cfg.distill == "topk":
-            raise ValueError("distill: topk needs the embedded backend: Slime passes only per-token teacher "
+        if cfg.distill != "token":
+            raise ValueError(f"distill: {cfg.distill} needs the embedded backend: Slime passes only per-token teacher "
                              "log-probs to the trainer, not the teacher's top-k (see docs/slime.md); use distill: token")
+        if cfg.group_size != 1:
+            raise ValueError("group_size > 1 needs the embedded backend for now: on Slime, groups are to come from "
+                             "--n-samples-per-prompt through this rollout (not built yet); set group_size: 1")
         url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
         tokenizer = AutoTokenizer.from_pretrained(args.hf_checkpoint)
         _SOURCES[key] = LiveSource(cfg, lambda: SGLangEngine.connect(url), tokenizer).start()

@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -25,10 +26,12 @@ from typing import Any, Callable
 import torch
 
 from slime_ext.algorithms import AdvantageWeights, PolicyLossConfig, RunningBaseline, staleness_filter
+from slime_ext.algorithms.groups import ESTIMATORS
 from slime_ext.algorithms.staleness import catchup_size, staleness_metrics
 from slime_ext.algorithms.topk import teacher_topk
 from slime_ext.logprobs import teacher_forced_logits
 from slime_ext.teacher import teacher_prompt_ids
+from slime_ext.trainers.groups import GroupConfig, build_group
 from slime_ext.trainers.step import Batch, response_logprobs, train_step
 from slime_ext.types import Sample
 
@@ -53,22 +56,59 @@ class TrainerConfig:
     w_opd: float = 1.0  # Combine / OPD: weight of the teacher term
     opd_clip: float = 5.0  # bound on |teacher - rollout| per token
     teacher: str = "base"  # "base" (frozen initial model) or "policy" (the current policy: self-distillation)
-    distill: str = "token"  # "token": the teacher term in the advantage; "topk": top-k reverse KL to the teacher
+    # "token": the teacher term in the advantage; at every position over the teacher's top-k plus a
+    # tail bin: "topk" (reverse KL), "forward_kl" or "jsd" (JSD(jsd_beta)); see algorithms/divergence.py
+    distill: str = "token"
     topk: int = 16  # k of the top-k distillation
     topk_support: str = "teacher"  # whose top-k: the teacher's, or the student's (keeps the teacher's full log-probs)
+    jsd_beta: float = 0.5  # distill jsd: 0 is forward KL, 1 reverse KL
+    # groups of fresh on-policy samples per hinted turn (trainers/groups.py); 1: the recorded response alone
+    group_size: int = 1
+    group_temperature: float = 0.7  # the trainer's sampling temperature for fresh samples
+    group_max_new_tokens: int = 64
+    group_estimator: str = "grpo"  # "grpo" ((r - mean) / std) or "drgrpo" (r - mean)
+    implicit_reward_scale: float = 1.0  # a fresh sample's reward: tanh(mean teacher gap / this)
 
     @property
     def topk_coef(self) -> float:
         """Weight of the top-k distillation loss (``w_opd``, when it replaces the token term)."""
-        if self.distill != "topk":
+        if self.distill == "token":
             return 0.0
         return AdvantageWeights.for_method(self.method, self.w_rl, self.w_opd, self.opd_clip).w_opd
+
+    @property
+    def divergence(self) -> str:
+        """The divergence of the distillation loss (``algorithms/divergence.py``)."""
+        return "reverse_kl" if self.distill in ("token", "topk") else self.distill
 
     @property
     def weights(self) -> AdvantageWeights:
         """The advantage weights; with top-k distillation the teacher term is the separate loss."""
         w = AdvantageWeights.for_method(self.method, self.w_rl, self.w_opd, self.opd_clip)
-        return AdvantageWeights(w.w_rl, 0.0, w.opd_clip) if self.distill == "topk" else w
+        return AdvantageWeights(w.w_rl, 0.0, w.opd_clip) if self.distill != "token" else w
+
+    @property
+    def groups(self) -> GroupConfig:
+        return GroupConfig(self.group_size, self.group_temperature, self.group_max_new_tokens, self.group_estimator,
+                           self.implicit_reward_scale)
+
+    def validate(self) -> None:
+        """Raise ValueError naming the setting that cannot work."""
+        if self.distill not in DISTILL:
+            raise ValueError(f"distill {self.distill!r}: expected one of {', '.join(DISTILL)}")
+        if not 0.0 <= self.jsd_beta <= 1.0:
+            raise ValueError(f"jsd_beta must be in [0, 1], got {self.jsd_beta}")
+        if self.group_size < 1 or self.group_max_new_tokens < 1 or self.group_temperature < 0:
+            raise ValueError("group_size and group_max_new_tokens must be >= 1 and group_temperature >= 0")
+        if self.group_estimator not in ESTIMATORS or self.implicit_reward_scale <= 0:
+            raise ValueError(f"group_estimator {self.group_estimator!r}: expected one of {', '.join(ESTIMATORS)}, "
+                             f"and implicit_reward_scale > 0")
+        if self.group_size > 1 and self.method == "binary":
+            raise ValueError("group_size > 1 needs method opd or combine: a fresh sample is rewarded by the hinted "
+                             "teacher, and binary judges no hints")
+
+
+DISTILL = ("token", "topk", "forward_kl", "jsd")
 
 
 def no_signal(method: str, row: dict[str, Any]) -> str | None:
@@ -140,6 +180,17 @@ def turn_to_sample(row: dict[str, Any]) -> Sample:
     )
 
 
+def group_metrics(groups: list[dict[str, Any]], samples: list[Sample]) -> dict[str, Any]:
+    """A step's group metrics: groups formed, constant ones (no RL term), fresh samples and their
+    mean implicit reward, and each group's record (its rewards and why it was dropped, if it was)."""
+    if not groups:
+        return {}
+    fresh = [float(s.reward) for s in samples if (s.metadata or {}).get("fresh")]
+    return {"groups": len(groups), "constant_groups": sum(g["dropped"] is not None for g in groups),
+            "fresh_samples": len(fresh), "fresh_reward_mean": sum(fresh) / len(fresh) if fresh else 0.0,
+            "group_records": groups}
+
+
 def wrap_lora(model, config: TrainerConfig):
     """The model to train: a peft LoRA wrapper, or the model itself for full-weight training."""
     if config.lora_rank <= 0:
@@ -192,6 +243,7 @@ class OnlineTrainer:
         if config.topk_support not in ("teacher", "student"):
             raise ValueError(f"topk_support {config.topk_support!r}: expected teacher or student")
         _ = config.weights  # validates the method
+        config.validate()
         self.store = store
         self.config = config
         self.version = version
@@ -221,12 +273,14 @@ class OnlineTrainer:
         if len(usable) < self.config.batch_size:
             return None
         started = time.perf_counter()
-        samples = [turn_to_sample(r) for r in usable]
+        samples, groups = self.grouped([turn_to_sample(r) for r in usable], usable)
         baseline = self.baseline.value if self.baseline else 0.0  # from earlier batches only: unbiased
         metrics = train_step(self.model, self.optimizer, samples, self.config.loss,
                              micro_batch_size=self.config.micro_batch_size, pad_id=self.pad_id,
                              reference=self.reference, baseline=baseline, weights=self.config.weights,
-                             topk_coef=self.config.topk_coef, topk=self.config.topk)
+                             topk_coef=self.config.topk_coef, topk=self.config.topk,
+                             divergence=self.config.divergence, beta=self.config.jsd_beta)
+        metrics.update(group_metrics(groups, samples))
         if self.baseline:
             for r in usable:
                 self.baseline.update(r["verdict"])
@@ -249,6 +303,27 @@ class OnlineTrainer:
         metrics.update(version=self.version, checkpoint=str(path))
         return metrics
 
+    def grouped(self, samples: list[Sample], rows: list[dict[str, Any]]) -> tuple[list[Sample], list[dict[str, Any]]]:
+        """``samples`` with each hinted turn's fresh group members added (``group_size`` > 1), and a
+        record of each group (``trainers/groups.py``). Unhinted turns stay groups of one."""
+        if self.config.group_size <= 1:
+            return samples, []
+        from slime_ext.api.prompt import stop_token_ids
+
+        out, records = [], []
+        context = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
+        for sample, row in zip(samples, rows):
+            if not row.get("teacher_prompt_ids"):
+                out.append(sample)
+                continue
+            seed = zlib.crc32(f"{self.version}:{row['session_id']}:{row['idx']}".encode())  # reproducible
+            members, record = build_group(self.model, row, sample, self._teacher_scores, self.config.groups,
+                                          stop_ids=stop_token_ids(self.renderer.tokenizer), version=self.version,
+                                          context=context, generator=torch.Generator().manual_seed(seed))
+            out.extend(members)
+            records.append(record)
+        return out, records
+
     def _teach(self, row: dict[str, Any]) -> str | None:
         """Score a hinted row with the teacher (OPD / Combine) before it is taken; why not, or None."""
         if row.get("hint") and self.config.method != "binary":
@@ -265,17 +340,25 @@ class OnlineTrainer:
         if context and len(prompt) + len(row["response_token_ids"]) > context:
             return f"teacher prompt too long: {len(prompt)} + {len(row['response_token_ids'])} tokens > context {context}"
         started = time.perf_counter()
-        logits = self._teacher_logits(prompt + row["response_token_ids"], len(prompt))  # [r, V]: one teacher pass
-        targets = torch.tensor(row["response_token_ids"])[:, None]
-        row["teacher_logprobs"] = torch.log_softmax(logits, -1).gather(1, targets)[:, 0].tolist()
-        if self.config.distill == "topk" and self.config.topk_support == "student":
-            row["teacher_topk"] = torch.log_softmax(logits, -1)  # [r, V], for this step only
-        elif self.config.distill == "topk":
-            top = teacher_topk(logits[None], self.config.topk)
-            row["teacher_topk"] = (top.ids[0], top.logprobs[0])
+        row["teacher_logprobs"], row["teacher_topk"] = self._teacher_scores(prompt, row["response_token_ids"])
+        row["teacher_prompt_ids"] = prompt
         self.teacher_s = time.perf_counter() - started
         self.store.set_teacher_logprobs(row["session_id"], row["idx"], row["teacher_logprobs"])
         return None
+
+    def _teacher_scores(self, prompt: list[int], response: list[int]) -> tuple[list[float], Any]:
+        """The teacher's log-probs of ``response`` after its (hinted) ``prompt``, from one pass, and what
+        the distillation term needs: its top-k (ids, log-probs ``[r, k]``), its full log-probs
+        ``[r, V]`` (student-top-k support), or None (token-level distillation)."""
+        logits = self._teacher_logits(prompt + response, len(prompt))  # [r, V]
+        logprobs = torch.log_softmax(logits, -1)
+        values = logprobs.gather(1, torch.tensor(response)[:, None])[:, 0].tolist()
+        if self.config.distill == "token":
+            return values, None
+        if self.config.topk_support == "student":
+            return values, logprobs  # for this step only
+        top = teacher_topk(logits[None], self.config.topk)
+        return values, (top.ids[0], top.logprobs[0])
 
     def _teacher_logits(self, ids: list[int], start: int) -> torch.Tensor:
         """Teacher-forced logits under the teacher: the initial policy or the current one."""

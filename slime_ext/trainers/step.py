@@ -22,8 +22,8 @@ from slime_ext.algorithms import (
     TopK,
     combined_advantages,
     policy_loss,
-    topk_distillation_loss,
 )
+from slime_ext.algorithms.divergence import Divergence, topk_divergence_loss
 from slime_ext.algorithms.topk import gather_log_softmax
 from slime_ext.logprobs import output_logits
 from slime_ext.types import Sample
@@ -48,7 +48,9 @@ BINARY = AdvantageWeights.for_method("binary")
 
 def collate(samples: list[Sample], pad_id: int = 0, baseline: float = 0.0, weights: AdvantageWeights = BINARY) -> Batch:
     """Right-pad samples into tensors; per-token advantages by ``combined_advantages`` (the verdict
-    on every token for Binary RL, plus the teacher term for samples with ``teacher_log_probs``)."""
+    on every token for Binary RL, plus the teacher term for samples with ``teacher_log_probs``). A
+    group member (``metadata["group_advantage"]``, see ``trainers/groups.py``) takes its
+    group-normalized advantage in place of ``reward - baseline``."""
     lengths = [len(s.tokens) for s in samples]
     width = max(lengths)
     t_max = max(s.response_length for s in samples)
@@ -70,7 +72,9 @@ def collate(samples: list[Sample], pad_id: int = 0, baseline: float = 0.0, weigh
         resp_mask[i, :r] = mask
         old[i, :r] = torch.tensor(s.rollout_log_probs, dtype=torch.float32)
         teacher = torch.tensor(s.teacher_log_probs, dtype=torch.float32) if s.teacher_log_probs is not None else None
-        adv[i, :r] = combined_advantages(float(s.reward or 0.0), old[i, :r], teacher, weights, baseline)
+        group = (s.metadata or {}).get("group_advantage")
+        reward, b = (float(group), 0.0) if group is not None else (float(s.reward or 0.0), baseline)
+        adv[i, :r] = combined_advantages(reward, old[i, :r], teacher, weights, b)
     batch = Batch(tokens, attn, starts, resp_mask, old, adv)
     tops = [(i, s.metadata.get("teacher_topk")) for i, s in enumerate(samples)]
     tops = [(i, t) for i, t in tops if t is not None]
@@ -141,13 +145,15 @@ def response_logprobs(model, batch: Batch) -> torch.Tensor:
 def train_step(model, optimizer, samples: list[Sample], config: PolicyLossConfig | None = None,
                *, micro_batch_size: int = 4, max_grad_norm: float = 1.0, pad_id: int = 0,
                baseline: float = 0.0, reference: Callable[[Batch], torch.Tensor] | None = None,
-               weights: AdvantageWeights = BINARY, topk_coef: float = 0.0, topk: int | None = None) -> dict[str, Any]:
+               weights: AdvantageWeights = BINARY, topk_coef: float = 0.0, topk: int | None = None,
+               divergence: Divergence = "reverse_kl", beta: float = 0.5) -> dict[str, Any]:
     """One optimizer step over ``samples`` with gradient accumulation over micro-batches.
 
     ``reference(batch)`` gives the reference policy's response log-probs for the KL term (used
     only when ``config.kl_coef`` > 0). Samples with ``metadata["teacher_topk"]`` add ``topk_coef``
-    x the top-k reverse KL to the teacher: over the teacher's top-k (ids and log-probs ``[r, k]``),
-    or over the student's top ``topk`` tokens (the teacher's full log-probs ``[r, V]``).
+    x the top-k ``divergence`` to the teacher at every response position (reverse KL, forward KL
+    or JSD(``beta``), ``algorithms/divergence.py``): over the teacher's top-k (ids and log-probs
+    ``[r, k]``), or over the student's top ``topk`` tokens (the teacher's full log-probs ``[r, V]``).
     """
     config = config or PolicyLossConfig()
     model.train()
@@ -169,9 +175,9 @@ def train_step(model, optimizer, samples: list[Sample], config: PolicyLossConfig
                                     ref_logprobs=ref)
         if topk_coef and batch.teacher_topk is not None:
             student_support = isinstance(batch.teacher_topk, torch.Tensor)
-            distill, distill_metrics = topk_distillation_loss(
-                logits, batch.teacher_topk, batch.topk_mask, k=topk if student_support else None,
-                support="student" if student_support else "teacher")
+            distill, distill_metrics = topk_divergence_loss(
+                logits, batch.teacher_topk, batch.topk_mask, divergence=divergence, beta=beta,
+                k=topk if student_support else None, support="student" if student_support else "teacher")
             loss = loss + topk_coef * distill
             metrics.update(distill_metrics)
         (loss * len(chunk) / len(samples)).backward()

@@ -1,0 +1,154 @@
+"""Groups of fresh on-policy samples in the embedded trainer (tiny model): members, log-probs,
+rewards, constant groups, and the distillation term at every position of every member."""
+
+import pytest
+import torch
+
+from slime_ext.logprobs import teacher_forced_logprobs
+from slime_ext.store import Store
+from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, select_turns, turn_to_sample, wrap_lora
+from tests.test_trainer_loop import record
+
+N_TURNS = 4
+
+
+@pytest.fixture
+def hinted(tmp_path):
+    """A store with four hinted turns (verdict -1, a hint) on the tiny model, and its renderer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from slime_ext.api.prompt import PromptRenderer
+    from slime_ext.models import resolve_model
+
+    model_dir = resolve_model("tiny")
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    renderer = PromptRenderer(AutoTokenizer.from_pretrained(model_dir))
+    store = Store(tmp_path / "run")
+    for i in range(N_TURNS):
+        sid = f"hinted{i}"
+        prompt = renderer.render([{"role": "user", "content": f"question {i}"}], [])
+        record(store, base, sid, prompt, [500 + i, 600 + i, 2], -1)
+        store.record_verdict(sid, 0, -1, [(-1, "test")], hint="Always answer in French.", hint_votes=[(1, "t")])
+    with store._lock:  # the synthetic turns need their request messages for the teacher prompt
+        for i in range(N_TURNS):
+            store._conn.execute("UPDATE turns SET messages=? WHERE session_id=?",
+                                (f'[{{"role": "user", "content": "question {i}"}}]', f"hinted{i}"))
+    return base, store, renderer, tmp_path / "run"
+
+
+def trainer_for(hinted, **overrides):
+    base, store, renderer, run = hinted
+    settings = dict(method="combine", batch_size=N_TURNS, lr=1e-3, lora_rank=8, lora_alpha=16, distill="forward_kl",
+                    topk=20, group_size=3, group_max_new_tokens=6, group_temperature=1.0)
+    cfg = TrainerConfig(**{**settings, **overrides})
+    return OnlineTrainer(wrap_lora(base, cfg), store, run, cfg, renderer=renderer)
+
+
+def test_each_hinted_turn_gets_n_members_with_on_policy_logprobs_and_teacher_topk(hinted):
+    trainer = trainer_for(hinted)
+    rows = select_turns(trainer.store, trainer.store.trainable_turns(16), "combine", 0, N_TURNS, check=trainer._teach)
+    samples, groups = trainer.grouped([turn_to_sample(r) for r in rows], rows)
+    assert len(samples) == 3 * N_TURNS and len(groups) == N_TURNS
+    for g in range(N_TURNS):
+        recorded, *fresh = samples[3 * g: 3 * g + 3]
+        assert not recorded.metadata.get("fresh") and recorded.rollout_log_probs == rows[g]["response_logprobs"]
+        assert recorded.reward == -1.0 and groups[g]["rewards"][0] == -1.0
+        for s in fresh:
+            prompt_len = len(s.tokens) - s.response_length
+            assert s.tokens[:prompt_len] == rows[g]["prompt_token_ids"] and 1 <= s.response_length <= 6
+            assert s.loss_mask == [1] * s.response_length and s.metadata["policy_version"] == 0
+            expected = teacher_forced_logprobs(trainer.model, s.tokens, prompt_len)
+            assert torch.allclose(torch.tensor(s.rollout_log_probs), expected, atol=1e-5)
+            ids, lps = s.metadata["teacher_topk"]
+            assert ids.shape == lps.shape == (s.response_length, 20) and len(s.teacher_log_probs) == s.response_length
+            assert -1 < s.reward < 1  # the implicit reward
+        advantages = [m.metadata["group_advantage"] for m in (recorded, *fresh)]
+        assert sum(advantages) == pytest.approx(0, abs=1e-6) and advantages[0] < 0  # the corrected answer is worst
+
+
+def test_a_grouped_step_trains_every_member_with_ratio_one_and_records_the_groups(hinted):
+    trainer = trainer_for(hinted)
+    m = trainer.step()
+    assert m["turns"] == N_TURNS and m["groups"] == N_TURNS and m["fresh_samples"] == 2 * N_TURNS
+    assert m["constant_groups"] == 0 and m["grad_norm"] > 0 and "topk_forward_kl" in m
+    assert abs(m["ratio_min"] - 1) < 1e-4 and abs(m["ratio_max"] - 1) < 1e-4  # fresh samples are on-policy
+    state = (hinted[3] / "checkpoints" / "v000001" / "trainer_state.json").read_text()
+    assert '"group_records"' in state and '"rewards"' in state
+
+
+def test_constant_groups_are_dropped_from_the_rl_term_and_recorded(hinted, monkeypatch):
+    import slime_ext.trainers.groups as groups
+
+    monkeypatch.setattr(groups, "implicit_reward", lambda *a, **k: -1.0)  # every member scores like the verdict
+    trainer = trainer_for(hinted, distill="token")
+    m = trainer.step()
+    assert m["constant_groups"] == N_TURNS and all("constant rewards" in g["dropped"] for g in m["group_records"])
+    assert m["grad_norm"] > 0  # the token-level teacher term still trains the members
+
+
+def test_group_size_one_keeps_todays_samples(hinted):
+    trainer = trainer_for(hinted, group_size=1)
+    rows = select_turns(trainer.store, trainer.store.trainable_turns(16), "combine", 0, N_TURNS, check=trainer._teach)
+    samples, groups = trainer.grouped([turn_to_sample(r) for r in rows], rows)
+    assert len(samples) == N_TURNS and groups == [] and all("group_advantage" not in s.metadata for s in samples)
+
+
+@pytest.mark.parametrize("overrides, match", [({"distill": "kl"}, "distill 'kl'"), ({"jsd_beta": 2.0}, "jsd_beta"),
+                                              ({"group_size": 0}, "group_size"),
+                                              ({"group_estimator": "ppo"}, "group_estimator"),
+                                              ({"method": "binary", "group_size": 4}, "group_size > 1 needs")])
+def test_bad_group_and_distill_settings_are_refused_by_name(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        TrainerConfig(**overrides).validate()
+
+
+def test_cached_sampling_is_the_models_own_distribution_and_stops_at_a_stop_token(hinted):
+    from slime_ext.logprobs import teacher_forced_logits
+    from slime_ext.trainers.groups import sample_responses
+
+    base, _, _, _ = hinted
+    prompt = [11, 12, 13, 14]
+    greedy = sample_responses(base, prompt, 2, temperature=0.0, max_new_tokens=6, stop_ids=[])
+    assert greedy[0] == greedy[1] == [14, 14, 14, 25409, 25409, 25409]  # the tiny random model's greedy answer
+    logits = teacher_forced_logits(base, prompt + greedy[0], len(prompt))
+    assert logits.argmax(-1).tolist() == greedy[0]  # each token is the uncached forward's argmax
+    stopped = sample_responses(base, prompt, 2, temperature=0.0, max_new_tokens=6, stop_ids=[25409])
+    assert stopped == [[14, 14, 14, 25409]] * 2  # the stop token is kept and ends the response
+    g = lambda: torch.Generator().manual_seed(7)  # noqa: E731
+    hot = sample_responses(base, prompt, 3, temperature=1.0, max_new_tokens=4, stop_ids=[], generator=g())
+    assert hot == sample_responses(base, prompt, 3, temperature=1.0, max_new_tokens=4, stop_ids=[], generator=g())
+
+
+def test_collate_takes_a_members_group_advantage_in_place_of_its_reward():
+    from slime_ext.algorithms import AdvantageWeights
+    from slime_ext.trainers.step import collate
+    from slime_ext.types import Sample
+
+    def sample(**metadata):
+        return Sample(tokens=[1, 2, 3, 4], response_length=2, loss_mask=[1, 1], rollout_log_probs=[-1.0, -2.0],
+                      teacher_log_probs=[-0.5, -2.5], reward=-1.0, metadata=metadata)
+
+    w = AdvantageWeights.for_method("combine", 1.0, 1.0, 5.0)
+    batch = collate([sample(group_advantage=0.75), sample()], baseline=0.25, weights=w)
+    assert batch.advantages[0].tolist() == pytest.approx([0.75 + 0.5, 0.75 - 0.5])  # no baseline on a group member
+    assert batch.advantages[1].tolist() == pytest.approx([-1.25 + 0.5, -1.25 - 0.5])
+
+
+def test_serve_flags_map_onto_the_trainer_and_bad_ones_are_named():
+    from slime_ext.cli import build_parser, serve_config
+
+    args = build_parser().parse_args(["serve", "--distill", "jsd", "--jsd-beta", "0.3", "--group-size", "4",
+                                      "--group-temperature", "0.5", "--group-max-new-tokens", "32",
+                                      "--group-estimator", "drgrpo", "--implicit-reward-scale", "2"])
+    t = serve_config(args).trainer_config()
+    assert (t.distill, t.jsd_beta, t.divergence, t.group_size, t.group_temperature, t.group_max_new_tokens,
+            t.group_estimator, t.implicit_reward_scale) == ("jsd", 0.3, "jsd", 4, 0.5, 32, "drgrpo", 2.0)
+    from slime_ext.config import ServeConfig
+
+    d = ServeConfig().trainer_config()
+    assert (d.group_size, d.distill) == (1, "token")  # opt-in: today's behaviour by default
+    for bad, named in [({"method": "binary", "group_size": 4}, "group_size > 1 needs"), ({"jsd_beta": -1}, "jsd_beta"),
+                       ({"distill": "kl"}, "distill 'kl'"), ({"implicit_reward_scale": 0}, "implicit_reward_scale")]:
+        with pytest.raises(ValueError, match=named):
+            ServeConfig(**bad).validated()
