@@ -29,9 +29,12 @@ def chat(srv, messages, seed):
         return json.loads(r.read())["choices"][0]["message"]["content"]
 
 
+GROUPS = ["--distill", "forward_kl", "--topk", "20", "--group-size", "3", "--group-max-new-tokens", "4"]
+
+
 @pytest.mark.parametrize("method, extra", [("binary", []), ("opd", []), ("combine", []),
-                                           ("combine", ["--distill", "topk", "--topk", "4"])],
-                         ids=["binary", "opd", "combine", "combine-topk"])
+                                           ("combine", ["--distill", "topk", "--topk", "4"]), ("combine", GROUPS)],
+                         ids=["binary", "opd", "combine", "combine-topk", "combine-groups-forward-kl"])
 def test_method_selects_what_is_judged_trained_and_recorded(make_server, method, extra):
     srv = make_server(extra=["--method", method, "--batch-size", "1", "--lora-rank", "4", "--lr", "1e-3", *extra])
     for i, feedback in enumerate(FEEDBACK):
@@ -57,6 +60,11 @@ def test_method_selects_what_is_judged_trained_and_recorded(make_server, method,
     assert max(abs(a - b) for a, b in zip(hinted["teacher_logprobs"], hinted["response_logprobs"])) > 1e-4
     others = [t for k, t in turns.items() if k != FEEDBACK[1]]
     assert all(t["hint"] is None and len(t["hint_votes"]) == 1 and t["teacher_logprobs"] is None for t in others)
+    if extra == GROUPS:  # the hinted turn trained in a group of 3 (2 fresh samples); the others alone
+        states = [json.loads(p.read_text()) for p in srv.run_dir.glob("checkpoints/v*/trainer_state.json")]
+        records = [g for st in states for g in st["metrics"].get("group_records", [])]
+        assert len(records) == 1 and len(records[0]["rewards"]) == 3 and records[0]["rewards"][0] == -1.0
+        assert sum(st["metrics"].get("fresh_samples", 0) for st in states) == 2
     if method == "opd":
         assert trained == {FEEDBACK[1]}
         assert all(t["dropped"] == "no hint: nothing to distill" for t in others)
