@@ -167,7 +167,7 @@ def test_select_hint_rejects_bad_arguments():
         ("Instead, use a table.", "Use a table."),
         ("Instead of a list, use a table", "Instead of a list, use a table."),
         ("Use Celsius, not Fahrenheit", "Use Celsius, not Fahrenheit."),
-        ("Use a table next time, thanks", "Use a table next time."),
+        ("Use a table next time, thanks", "Use a table."),  # the framing is dropped too
         ("Just give me the number", "Just give me the number."),
         ("Only the names, please", "Only the names."),
         ("Always use metric units.", "Always use metric units."),
@@ -180,6 +180,19 @@ def test_select_hint_rejects_bad_arguments():
         ("no. wrong. you need to include the units. also never round the result",
          "Include the units. Never round the result."),
         ("Don\u2019t repeat the question.", "Don't repeat the question."),  # curly apostrophe
+        # standing preferences: the hint is the preference itself, without the user's framing
+        ("From now on, start every answer with 'Sure!'", "Start every answer with 'Sure!'."),
+        ("I wanted just the number.", "Give just the number."),
+        ("can you keep answers to one sentence going forward", "Keep answers to one sentence."),
+        ("I'd prefer if you gave temperatures in Fahrenheit.", "Give temperatures in Fahrenheit."),
+        ("it would be better if you didn't use emojis", "Don't use emojis."),
+        ("remember that I like short lists", "Prefer short lists."),
+        ("I'd rather have it as a table.", "Prefer it as a table."),
+        ("Call me Alex from now on.", "Call me Alex."),
+        ("Thanks! Though please always add the pronunciation.", "Always add the pronunciation."),
+        ("ok but without the emojis", "Without the emojis."),
+        ("No, it ended in 1945.", "It ended in 1945."),  # a correction's concrete value
+        ("Wrong Anna, I meant Anna Schmidt from work.", "The user meant Anna Schmidt from work."),
         ("Use a table.\nUse a table.", "Use a table."),  # duplicates dropped
         # nothing actionable
         ("No, that's wrong.", None),
@@ -200,6 +213,8 @@ def test_select_hint_rejects_bad_arguments():
         ("I just wanted to say thanks", None),
         ("I don't like it", None),
         ("Write a poem about cats", None),  # a new request
+        ("Next time I'm in Rome, what should I eat?", None),
+        ("I'm fine, thanks", None),  # a fact about the user, but no correction
         ("", None),
     ],
 )

@@ -164,6 +164,24 @@ def test_prompt_keeps_steps_after_the_request_in_order():
         ("Thank you so much", "user", 1),
         ("hmm", "user", 0),
         ("What about Germany?", "user", 0),
+        # standing preferences are corrections, never +1, whatever thanks come with them
+        ("From now on, start every answer with 'Sure!'", "user", -1),
+        ("please always end with a question", "user", -1),
+        ("I wanted just the number.", "user", -1),
+        ("next time, skip the intro", "user", -1),
+        ("Thanks, but I'd prefer something shorter.", "user", -1),
+        ("it would be better if you used bullet points", "user", -1),
+        ("remember that I like short lists", "user", -1),
+        ("Perfect, always do it like this", "user", 1),  # a preference that approves the answer
+        ("Exactly what I needed!", "user", 1),
+        ("I just wanted to say thanks", "user", 1),
+        ("Next time I'm in Rome, what should I eat?", "user", 1),  # a new question, not a preference
+        ("What's the population of Japan?", "user", 1),  # a question: the user moved on
+        ("Book me a table for two at 8.", "user", 1),
+        ("let me think about it", "user", 0),
+        ("TypeError: unsupported operand type(s)", "tool", -1),
+        ("fatal: not a git repository", "tool", -1),
+        ("5 passed, 0 failed", "tool", 1),
     ],
 )
 def test_heuristic_vote(next_state, role, expected):
@@ -176,6 +194,9 @@ def test_heuristic_uses_the_request_for_rephrasing_and_new_requests():
     assert heuristic_vote("Now convert 5 miles to kilometers", "user", request) == 1
     score, reason = heuristic_explain("Too long", "user", request)
     assert score == -1 and reason.startswith("directive")
+    # the request again is a rephrasing even with a "please" or a "good" in it
+    assert heuristic_vote("'good morning' in Spanish, please", "user", "Translate 'good morning' into Spanish.") == -1
+    assert heuristic_explain("17 times 23 = ?", "user", "What is 17 times 23?")[1].startswith("same_request")
 
 
 # ---------------------------------------------------------------- the runner
