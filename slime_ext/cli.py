@@ -106,6 +106,17 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-checkpoints", type=int,
                    help=f"newest versions kept with weights and optimizer state; older ones keep only their "
                         f"trainer_state.json; 0: keep all [{d.keep_checkpoints}]")
+    p.add_argument("--canary", action=argparse.BooleanOptionalAction,
+                   help=f"probe each trained version on a held-out canary set before it is served and keep the "
+                        f"previous one if it regresses (docs/learning.md, 'Never worse') [{'on' if d.canary else 'off'}]")
+    p.add_argument("--canary-max-nll-rise", type=float,
+                   help=f"refuse a version whose reference-answer NLL rose more than this (nats/token) [{d.canary_max_nll_rise:g}]")
+    p.add_argument("--canary-min-distinct-ratio", type=float,
+                   help=f"refuse a version whose distinct-2 fell below this x the served one's [{d.canary_min_distinct_ratio:g}]")
+    p.add_argument("--canary-max-eos-drop", type=float,
+                   help=f"refuse a version whose fraction of generations that stop fell by more than this [{d.canary_max_eos_drop:g}]")
+    p.add_argument("--canary-max-length-ratio", type=float,
+                   help=f"refuse a version whose mean generated length grew past this x the served one's [{d.canary_max_length_ratio:g}]")
     p.add_argument("--kl-coef", type=float, help=f"weight of the KL penalty to the initial policy; 0: off [{d.kl_coef:g}]")
     p.add_argument("--status-interval-s", type=float,
                    help=f"seconds between status-line updates (a log line when not on a terminal); 0: off [{d.status_interval_s:g}]")

@@ -10,6 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slime_ext.trainers.canary import CanaryConfig
+
+_CANARY = CanaryConfig()
+
 
 @dataclass
 class ServeConfig:
@@ -70,6 +74,12 @@ class ServeConfig:
     distill: str = "token"
     topk: int = 16
     topk_support: str = "teacher"  # the teacher's top-k, or the student's
+    # the canary (trainers/canary.py): a new version that regresses on it is not served
+    canary: bool = _CANARY.enabled
+    canary_max_nll_rise: float = _CANARY.max_nll_rise  # nats/token of the reference answers
+    canary_min_distinct_ratio: float = _CANARY.min_distinct_ratio  # x the served version's distinct-2
+    canary_max_eos_drop: float = _CANARY.max_eos_drop  # fall of the fraction of generations that stop
+    canary_max_length_ratio: float = _CANARY.max_length_ratio  # x the served version's mean length
     jsd_beta: float = 0.5
     # groups of fresh on-policy samples per hinted turn, drawn by the trainer (1: the recorded response alone)
     group_size: int = 1
@@ -91,7 +101,13 @@ class ServeConfig:
                              group_estimator=self.group_estimator, implicit_reward_scale=self.implicit_reward_scale,
                              max_staleness=self.max_staleness, baseline=self.baseline,
                              keep_checkpoints=self.keep_checkpoints,
-                             loss=PolicyLossConfig(kl_coef=self.kl_coef))
+                             loss=PolicyLossConfig(kl_coef=self.kl_coef), canary=self.canary_config())
+
+    def canary_config(self) -> CanaryConfig:
+        """The trainer's canary settings, taken from these."""
+        return CanaryConfig(enabled=self.canary, max_nll_rise=self.canary_max_nll_rise,
+                            min_distinct_ratio=self.canary_min_distinct_ratio, max_eos_drop=self.canary_max_eos_drop,
+                            max_length_ratio=self.canary_max_length_ratio)
 
     def resolved_run_dir(self) -> Path:
         return Path(self.run_dir or os.path.join("runs", time.strftime("%Y%m%d-%H%M%S")))
@@ -143,6 +159,7 @@ class ServeConfig:
             raise ValueError(f"baseline {self.baseline!r}: expected none or running")
         if self.lora_rank < 0 or self.max_staleness < 0 or self.lr <= 0:
             raise ValueError("lora_rank and max_staleness must be >= 0 and lr > 0")
+        self.canary_config().validate()
         self._validate_http()
         return self
 

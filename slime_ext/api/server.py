@@ -91,6 +91,10 @@ class ChatServer:
             self.metrics.gauge("openclaw_train_staleness_mean", lambda: checkpoints.last_step.get("staleness_mean", 0),
                                "Mean age in versions of the turns in the last training step")
             self.metrics.gauge("openclaw_swap_seconds", lambda: checkpoints.last_swap_s, "Duration of the last weight swap")
+            self.metrics.gauge("openclaw_canary_checks", lambda: checkpoints.canary().get("checks", 0),
+                               "Trained versions the canary probed before serving")
+            self.metrics.gauge("openclaw_canary_refusals", lambda: checkpoints.canary().get("refused", 0),
+                               "Trained versions the canary refused to serve (the previous one kept serving)")
 
     # ------------------------------------------------------------------ app
     def app(self) -> web.Application:

@@ -31,6 +31,7 @@ from slime_ext.algorithms.staleness import catchup_size, staleness_metrics
 from slime_ext.algorithms.topk import teacher_topk
 from slime_ext.logprobs import teacher_forced_logits
 from slime_ext.teacher import teacher_prompt_ids
+from slime_ext.trainers.canary import CanaryConfig, snapshot
 from slime_ext.trainers.groups import GroupConfig, build_group
 from slime_ext.trainers.step import Batch, response_logprobs, train_step
 from slime_ext.types import Sample
@@ -52,6 +53,7 @@ class TrainerConfig:
     keep_checkpoints: int = 3  # newest versions kept whole; older ones keep only trainer_state.json (0: all)
     micro_batch_size: int = 4
     loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
+    canary: CanaryConfig = field(default_factory=CanaryConfig)  # used when the trainer is given a Canary
     w_rl: float = 1.0  # Combine: weight of the verdict term
     w_opd: float = 1.0  # Combine / OPD: weight of the teacher term
     opd_clip: float = 5.0  # bound on |teacher - rollout| per token
@@ -233,8 +235,9 @@ class InitialPolicy:
 
 class OnlineTrainer:
     def __init__(self, model, store, run_dir: str | Path, config: TrainerConfig, version: int = 0,
-                 pad_id: int = 0, renderer=None) -> None:
+                 pad_id: int = 0, renderer=None, canary=None) -> None:
         self.model = model
+        self.canary = canary  # a trainers.canary.Canary: gates each new version before it is saved
         self.renderer = renderer  # a PromptRenderer for the teacher's prompts (OPD / Combine)
         if config.method != "binary" and renderer is None:
             raise ValueError(f"method {config.method}: the trainer needs a PromptRenderer for the teacher prompts")
@@ -272,6 +275,7 @@ class OnlineTrainer:
         usable = select_turns(self.store, rows, self.config.method, self.version, n, check=self._teach)
         if len(usable) < self.config.batch_size:
             return None
+        restore = self._canary_prepare()
         started = time.perf_counter()
         samples, groups = self.grouped([turn_to_sample(r) for r in usable], usable)
         baseline = self.baseline.value if self.baseline else 0.0  # from earlier batches only: unbiased
@@ -281,6 +285,8 @@ class OnlineTrainer:
                              topk_coef=self.config.topk_coef, topk=self.config.topk,
                              divergence=self.config.divergence, beta=self.config.jsd_beta)
         metrics.update(group_metrics(groups, samples))
+        if restore is not None and self._canary_refused(usable, metrics, restore):
+            return metrics
         if self.baseline:
             for r in usable:
                 self.baseline.update(r["verdict"])
@@ -302,6 +308,28 @@ class OnlineTrainer:
         self.prune()
         metrics.update(version=self.version, checkpoint=str(path))
         return metrics
+
+    def _canary_prepare(self) -> Callable[[], None] | None:
+        """With a canary: the served version's figures (once), and a snapshot to undo the step with."""
+        if self.canary is None:
+            return None
+        self.canary.prepare(self.model)
+        return snapshot(self.model, self.optimizer)
+
+    def _canary_refused(self, rows: list[dict[str, Any]], metrics: dict[str, Any], restore: Callable[[], None]) -> bool:
+        """The canary's verdict on the updated model, before anything is saved. A refused update is
+        undone (weights and optimizer state as before the step), its turns are dropped with the
+        reason, and no version is published: the served one stays."""
+        result = self.canary.check(self.model, self.version + 1)
+        metrics.update(result.metrics())
+        if not result.refused:
+            return False
+        restore()
+        why = f"canary refused version {self.version + 1}: " + "; ".join(result.reasons)
+        for r in rows:
+            self.store.mark_dropped(r["session_id"], r["idx"], why)
+        metrics.update(version=self.version, turns=len(rows), refused=why)
+        return True
 
     def grouped(self, samples: list[Sample], rows: list[dict[str, Any]]) -> tuple[list[Sample], list[dict[str, Any]]]:
         """``samples`` with each hinted turn's fresh group members added (``group_size`` > 1), and a

@@ -21,6 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from slime_ext.trainers.canary import read_status as read_canary_status
 from slime_ext.trainers.loop import latest_checkpoint
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ def trainer_main(model: str, run_dir: str, config: dict[str, Any], poll_s: float
     from slime_ext.algorithms import PolicyLossConfig
     from slime_ext.models import resolve_model
     from slime_ext.store import Store
+    from slime_ext.trainers.canary import CanaryConfig
     from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, wrap_lora
     from slime_ext.trainers.scalars import ScalarWriter
 
@@ -46,24 +48,26 @@ def trainer_main(model: str, run_dir: str, config: dict[str, Any], poll_s: float
         log.info("another trainer holds %s (the previous server's, finishing its step): waiting", lock.name)
         fcntl.flock(lock, fcntl.LOCK_EX)
     torch.set_num_threads(threads)
-    cfg = TrainerConfig(**{**config, "loss": PolicyLossConfig(**config.get("loss", {}))})
+    cfg = TrainerConfig(**{**config, "loss": PolicyLossConfig(**config.get("loss", {})),
+                           "canary": CanaryConfig(**config.get("canary", {}))})
     model_dir = str(resolve_model(model, progress=log.info))
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    renderer = None
-    if cfg.method != "binary":  # the teacher re-renders each hinted prompt as the server rendered it
-        from transformers import AutoTokenizer
+    from transformers import AutoTokenizer
 
-        from slime_ext.api.prompt import PromptRenderer
+    from slime_ext.api.prompt import PromptRenderer
 
-        renderer = PromptRenderer(AutoTokenizer.from_pretrained(model_dir))
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    # the teacher re-renders each hinted prompt as the server rendered it
+    renderer = PromptRenderer(tokenizer) if cfg.method != "binary" else None
     store = Store(run_dir)
-    trainer = OnlineTrainer(wrap_lora(model, cfg), store, run_dir, cfg, renderer=renderer)
+    trainer = OnlineTrainer(wrap_lora(model, cfg), store, run_dir, cfg, renderer=renderer,
+                            canary=make_canary(cfg.canary, tokenizer, store, run_dir))
     if trainer.resume():
         log.info("resumed at version %d", trainer.version)
     scalars = ScalarWriter(run_dir)
-    log.info("ready: %s, %s, lr %g, batch %d; scalars -> %s (%s)", cfg.method,
+    log.info("ready: %s, %s, lr %g, batch %d, canary %s; scalars -> %s (%s)", cfg.method,
              f"LoRA rank {cfg.lora_rank}" if cfg.lora_rank else "full weights", cfg.lr, cfg.batch_size,
-             scalars.dir, scalars.kind)
+             "on" if trainer.canary else "off", scalars.dir, scalars.kind)
     parent = os.getppid()
     while os.getppid() == parent:  # the server is gone (even by kill -9): stop too
         metrics = trainer.step()
@@ -71,12 +75,24 @@ def trainer_main(model: str, run_dir: str, config: dict[str, Any], poll_s: float
             time.sleep(poll_s)
             continue
         scalars.write(metrics["version"], metrics)
-        log.info(step_line(metrics))
+        if not metrics.get("refused"):  # a refusal is logged by the canary, as a WARNING
+            log.info(step_line(metrics))
+
+
+def make_canary(config, tokenizer, store, run_dir: str):
+    """The trainer's canary (``trainers/canary.py``), or None when it is off."""
+    if not config.enabled:
+        return None
+    from slime_ext.trainers.canary import Canary
+
+    return Canary(config, tokenizer, store, run_dir)
 
 
 def step_line(m: dict[str, Any]) -> str:
     """One log line per training step."""
     kl = f", kl_ref {m['kl_to_ref']:.4f}" if "kl_to_ref" in m else ""
+    if "canary_nll" in m:
+        kl += f", canary passed in {m['canary_s']:.1f} s (NLL {m['canary_nll_rise']:+.3f})"
     if m.get("hinted_turns"):
         kl += f", {m['hinted_turns']} hinted (teacher gap {m['teacher_gap_mean']:+.2f})"
     if "topk_kl" in m:
@@ -142,9 +158,15 @@ class CheckpointWatcher:
     def status(self) -> dict[str, Any]:
         """What ``/healthz`` reports under ``training``."""
         step = self.last_step
+        canary = self.canary()
         return {"swaps": self.swaps, "swap_s": round(self.last_swap_s, 4),
                 **{k: step[k] for k in ("step_s", "loss", "clip_fraction", "kl_rollout", "staleness_mean",
-                                        "staleness_max", "reward_mean", "turns") if k in step}}
+                                        "staleness_max", "reward_mean", "turns", "canary_s") if k in step},
+                **({"canary": canary} if canary else {})}
+
+    def canary(self) -> dict[str, Any]:
+        """What the trainer's canary recorded (``trainers/canary.py``): checks, refusals, the last of each."""
+        return read_canary_status(self.run_dir) or {}
 
     async def run(self) -> None:
         while True:

@@ -1,0 +1,284 @@
+"""Never worse: the canary that decides whether a freshly trained version may be served.
+
+After each optimizer step, and before the new version's checkpoint is written (the server swaps
+in whatever is written), the trainer probes the updated model off the serving path:
+
+- ``nll``: mean negative log-likelihood per token of short reference answers to held-out general
+  questions (``canary_data.CANARY_QA``; the end-of-turn token included), teacher-forced in one
+  batched forward pass;
+- greedy generations (``max_new_tokens``) for a few of those questions and a few of the user's own
+  recent prompts: ``distinct2`` (distinct bigrams over all generated bigrams, pooled: it falls with
+  repetition inside a reply and with the same reply to every prompt), ``eos_rate`` (the fraction
+  that ended with an end-of-turn token) and ``mean_length`` (new tokens).
+
+The figures are compared with the served version's, measured on the same prompts (cached: the
+base model's before the first step, then each accepted version's; the user's prompts are re-chosen
+every ``refresh_every`` accepted versions, the served version then re-measured). ``regressions``
+states the rule. A refused version is never written: the trainer restores the weights and
+optimizer state it had before the step (``snapshot``), the previous version keeps serving, and the
+refusal is recorded with its reasons and figures in ``<run_dir>/canary.json`` (``/healthz``,
+``/metrics``), on the step's turns (dropped with the reason: ``openclaw-rl records``) and as a
+WARNING in the log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from slime_ext.trainers.canary_data import CANARY_QA
+
+log = logging.getLogger(__name__)
+
+STATUS_FILE = "canary.json"  # in the run directory
+
+
+@dataclass
+class CanaryConfig:
+    """When a new version is refused (see ``regressions``), and what the probe costs."""
+
+    enabled: bool = True
+    max_nll_rise: float = 0.25  # reference answers' NLL may rise by at most this (nats/token)
+    min_distinct_ratio: float = 0.75  # distinct-2 may not fall below this x the served version's
+    max_eos_drop: float = 0.25  # the fraction of generations that stop may fall by at most this
+    max_length_ratio: float = 1.5  # mean generated length may grow to at most this x the served version's
+    prompts: int = 4  # canary questions generated for (all are scored for the NLL)
+    user_prompts: int = 2  # the user's own recent prompts generated for
+    max_new_tokens: int = 32
+    max_prompt_tokens: int = 512  # longer user prompts are not used (probe cost)
+    refresh_every: int = 8  # re-choose the user's prompts after this many accepted versions
+
+    def validate(self) -> None:
+        """Raise ValueError naming a setting that cannot work."""
+        for name in ("max_nll_rise", "min_distinct_ratio", "max_eos_drop", "max_length_ratio"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"canary_{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("prompts", "max_new_tokens", "max_prompt_tokens", "refresh_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"canary_{name} must be at least 1, got {getattr(self, name)}")
+        if self.user_prompts < 0:
+            raise ValueError(f"canary_user_prompts must be >= 0, got {self.user_prompts}")
+
+
+@dataclass(frozen=True)
+class CanaryFigures:
+    nll: float  # mean reference NLL, nats/token
+    distinct2: float
+    eos_rate: float
+    mean_length: float
+
+
+@dataclass
+class CanaryResult:
+    before: CanaryFigures
+    after: CanaryFigures
+    reasons: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.reasons)
+
+    def metrics(self) -> dict[str, float]:
+        """The step metrics (scalars, trainer state) this check adds."""
+        a = self.after
+        return {"canary_nll": a.nll, "canary_nll_rise": a.nll - self.before.nll, "canary_distinct2": a.distinct2,
+                "canary_eos_rate": a.eos_rate, "canary_length": a.mean_length, "canary_s": self.seconds,
+                "canary_refused": int(self.refused)}
+
+
+# ---------------------------------------------------------------- pure figures
+def distinct_n(sequences: Sequence[Sequence[int]], n: int = 2) -> float:
+    """Distinct n-grams / all n-grams over ``sequences`` (pooled); 1.0 when there is none."""
+    grams = [tuple(s[i : i + n]) for s in sequences for i in range(len(s) - n + 1)]
+    return len(set(grams)) / len(grams) if grams else 1.0
+
+
+def generation_figures(responses: Sequence[Sequence[int]], stopped: Sequence[bool]) -> tuple[float, float, float]:
+    """``(distinct2, eos_rate, mean_length)`` of generated responses (stop tokens excluded)."""
+    if not responses:
+        return 1.0, 1.0, 0.0
+    return (distinct_n(responses, 2), sum(map(bool, stopped)) / len(stopped),
+            sum(len(r) for r in responses) / len(responses))
+
+
+def regressions(before: CanaryFigures, after: CanaryFigures, cfg: CanaryConfig) -> list[str]:
+    """Why ``after`` may not replace ``before`` (empty: it may). Each rule bounds one regression:
+    the NLL rise (absolute, nats/token), distinct-2 (relative; a fall under 0.05 always passes:
+    a handful of bigrams), the EOS rate (absolute) and the length (relative; a growth of at most 4
+    tokens always passes, so short replies may grow)."""
+    figures = asdict(after)
+    bad = [k for k, v in figures.items() if not math.isfinite(v)]
+    if bad:
+        return [f"non-finite canary figures ({', '.join(bad)})"]
+    reasons = []
+    rise = after.nll - before.nll
+    if rise > cfg.max_nll_rise:
+        reasons.append(f"reference NLL rose {rise:+.3f} nats/token ({before.nll:.3f} -> {after.nll:.3f}; limit {cfg.max_nll_rise:g})")
+    if after.distinct2 < cfg.min_distinct_ratio * before.distinct2 and before.distinct2 - after.distinct2 >= 0.05:
+        reasons.append(f"distinct-2 fell {before.distinct2:.3f} -> {after.distinct2:.3f} (limit {cfg.min_distinct_ratio:g}x)")
+    if after.eos_rate < before.eos_rate - cfg.max_eos_drop:
+        reasons.append(f"EOS rate fell {before.eos_rate:.2f} -> {after.eos_rate:.2f} (limit -{cfg.max_eos_drop:g})")
+    if after.mean_length > max(cfg.max_length_ratio * before.mean_length, before.mean_length + 4):
+        reasons.append(f"mean length grew {before.mean_length:.1f} -> {after.mean_length:.1f} tokens "
+                       f"(limit {cfg.max_length_ratio:g}x)")
+    return reasons
+
+
+# ---------------------------------------------------------------- the probe (model compute)
+def reference_nll(model, pairs: Sequence[tuple[list[int], list[int]]], pad_id: int = 0) -> float:
+    """Mean NLL per token of each pair's answer given its prompt, in one batched forward pass."""
+    import torch
+
+    from slime_ext.trainers.step import collate, response_logprobs
+    from slime_ext.types import Sample
+
+    samples = [Sample(tokens=p + a, response_length=len(a), loss_mask=[1] * len(a), rollout_log_probs=[0.0] * len(a))
+               for p, a in pairs]
+    batch = collate(samples, pad_id=pad_id)
+    with torch.no_grad():
+        lp = response_logprobs(model, batch)
+    return float(-(lp * batch.response_mask).sum() / batch.response_mask.sum())
+
+
+def greedy(model, prompts: Sequence[list[int]], max_new_tokens: int, stop_ids: Sequence[int],
+           pad_id: int = 0) -> tuple[list[list[int]], list[bool]]:
+    """Greedy continuations of ``prompts`` (one left-padded batch): their tokens before the first
+    stop token, and whether one came."""
+    import torch
+    from transformers import GenerationConfig
+
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    gen = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=list(stop_ids),
+                           pad_token_id=pad_id)
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=gen)[:, width:].tolist()
+    stops = set(stop_ids)
+    responses, stopped = [], []
+    for row in out:
+        end = next((i for i, t in enumerate(row) if t in stops), None)
+        responses.append(row if end is None else row[:end])
+        stopped.append(end is not None)
+    return responses, stopped
+
+
+def snapshot(model, optimizer) -> Callable[[], None]:
+    """Copy the trainable parameters and the optimizer state; the returned function puts them back."""
+    import copy
+
+    import torch
+
+    params = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    state = copy.deepcopy(optimizer.state_dict())
+
+    def restore() -> None:
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if n in params:
+                    p.copy_(params[n])
+        optimizer.load_state_dict(state)
+
+    return restore
+
+
+# ---------------------------------------------------------------- the gate
+class Canary:
+    """Measures versions on the canary set and keeps the served version's figures (see the module doc)."""
+
+    def __init__(self, config: CanaryConfig, tokenizer, store, run_dir: str | Path) -> None:
+        from slime_ext.api.prompt import PromptRenderer, stop_token_ids
+
+        config.validate()
+        self.config = config
+        self.store = store
+        self.status_path = Path(run_dir) / STATUS_FILE
+        self.stop_ids = stop_token_ids(tokenizer)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        renderer = PromptRenderer(tokenizer)
+        end = [tokenizer.convert_tokens_to_ids("<|im_end|>")] if "<|im_end|>" in tokenizer.get_vocab() else list(self.stop_ids[:1])
+        self.questions = [renderer.render([{"role": "user", "content": q}], []) for q, _ in CANARY_QA]
+        self.pairs = [(q, tokenizer.encode(a, add_special_tokens=False) + end) for q, (_, a) in zip(self.questions, CANARY_QA)]
+        self.prompts: list[list[int]] = []
+        self.before: CanaryFigures | None = None
+        self.age = 0
+        self.status = self._read_status()
+
+    def user_prompts(self) -> list[list[int]]:
+        """The user's most recent distinct judged prompts (at most ``user_prompts``, none too long)."""
+        chosen: list[list[int]] = []
+        for row in self.store.recent_judged(8 * self.config.user_prompts):
+            p = row["prompt_token_ids"]
+            if len(chosen) == self.config.user_prompts:
+                break
+            if len(p) <= self.config.max_prompt_tokens and p not in chosen:
+                chosen.append(p)
+        return chosen
+
+    def probe(self, model) -> CanaryFigures:
+        """The canary figures of ``model`` on the current prompts."""
+        was_training = model.training
+        model.eval()
+        try:
+            nll = reference_nll(model, self.pairs, self.pad_id)
+            responses, stopped = greedy(model, self.prompts, self.config.max_new_tokens, self.stop_ids, self.pad_id)
+        finally:
+            model.train(was_training)
+        return CanaryFigures(nll, *generation_figures(responses, stopped))
+
+    def prepare(self, model) -> None:
+        """Before a step: measure the served version (``model`` as it is) when there are no figures
+        yet or its prompts are due to be re-chosen."""
+        if self.before is not None and self.age < self.config.refresh_every:
+            return
+        self.prompts = self.questions[: self.config.prompts] + self.user_prompts()
+        self.before = self.probe(model)
+        self.age = 0
+
+    def check(self, model, version: int) -> CanaryResult:
+        """Measure the candidate ``version`` (``model`` after the step) against the served one; record it."""
+        assert self.before is not None, "prepare() before check()"
+        started = time.perf_counter()
+        after = self.probe(model)
+        result = CanaryResult(self.before, after, regressions(self.before, after, self.config),
+                              time.perf_counter() - started)
+        if result.refused:
+            log.warning("canary refused version %d: %s; the previous version keeps serving",
+                        version, "; ".join(result.reasons))
+        else:
+            self.before, self.age = after, self.age + 1
+        self.record(result, version)
+        return result
+
+    def _read_status(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.status_path.read_text())
+        except (OSError, ValueError):
+            return {"checks": 0, "refused": 0}
+
+    def record(self, result: CanaryResult, version: int) -> None:
+        """Write ``canary.json`` (atomically): counts, the last check, the last refusal."""
+        entry = {"version": version, "accepted": not result.refused, "reasons": result.reasons, "at": time.time(),
+                 "before": asdict(result.before), "after": asdict(result.after), "seconds": round(result.seconds, 3)}
+        self.status["checks"] = self.status.get("checks", 0) + 1
+        self.status["last"] = entry
+        if result.refused:
+            self.status["refused"] = self.status.get("refused", 0) + 1
+            self.status["last_refusal"] = entry
+        tmp = self.status_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.status))
+        tmp.replace(self.status_path)
+
+
+def read_status(run_dir: str | Path) -> dict[str, Any] | None:
+    """What the trainer's canary recorded in ``run_dir`` (None before its first check)."""
+    try:
+        return json.loads((Path(run_dir) / STATUS_FILE).read_text())
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,26 @@
+"""The canary's built-in general questions with short reference answers.
+
+Held out: never trained on. The trainer measures how likely each new version finds these answers
+(teacher-forced, with the end-of-turn token) and generates greedily for the first few (those a
+healthy model answers in a few tokens, so generation usually ends early);
+a version that forgets plain knowledge or how to stop is refused (``slime_ext.trainers.canary``).
+The answers are short, plain and factual, in the register of a small instruct model, so the
+figure moves with general ability, not with style.
+"""
+
+from __future__ import annotations
+
+CANARY_QA: tuple[tuple[str, str], ...] = (
+    ("What is the capital of France?", "The capital of France is Paris."),
+    ("How many days are in a week?", "There are seven days in a week."),
+    ("What is 2 + 3?", "2 + 3 = 5."),
+    ("What is the opposite of hot?", "The opposite of hot is cold."),
+    ("What color is the sky on a clear day?", "On a clear day, the sky is blue."),
+    ("What do bees make?", "Bees make honey."),
+    ("Which planet do we live on?", "We live on Earth."),
+    ("What is water made of?", "Water is made of hydrogen and oxygen (H2O)."),
+    ("How many legs does a spider have?", "A spider has eight legs."),
+    ("Name a fruit that is yellow.", "A banana is a yellow fruit."),
+    ("What do plants need to grow?", "Plants need sunlight, water, air and nutrients from the soil to grow."),
+    ("Who wrote Romeo and Juliet?", "Romeo and Juliet was written by William Shakespeare."),
+)

@@ -1,0 +1,197 @@
+"""The canary: a trained version that regresses on held-out figures is refused, undone and never
+served; the previous version keeps serving and the refusal is visible (``trainers/canary.py``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+import urllib.request
+
+import pytest
+import torch
+
+from slime_ext.store import Store, export_records
+from slime_ext.trainers.canary import (
+    Canary,
+    CanaryConfig,
+    CanaryFigures,
+    distinct_n,
+    generation_figures,
+    read_status,
+    regressions,
+    snapshot,
+)
+from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, wrap_lora
+
+# ---------------------------------------------------------------- pure figures
+
+
+def test_distinct_n_pools_ngrams_over_all_sequences():
+    assert distinct_n([[1, 2, 3, 4]], 2) == 1.0
+    assert distinct_n([[1, 2, 1, 2, 1, 2]], 2) == pytest.approx(2 / 5)  # a loop
+    assert distinct_n([[1, 2, 3], [1, 2, 3]], 2) == pytest.approx(2 / 4)  # the same reply twice
+    assert distinct_n([[1], []], 2) == 1.0  # no bigram at all
+    assert distinct_n([[5, 5, 5]], 1) == pytest.approx(1 / 3)
+
+
+def test_generation_figures_count_stops_and_lengths():
+    d2, eos, length = generation_figures([[1, 2, 3], [4, 5], [6]], [True, False, True])
+    assert eos == pytest.approx(2 / 3) and length == pytest.approx(2.0) and d2 == 1.0
+    assert generation_figures([], []) == (1.0, 1.0, 0.0)
+
+
+BASE = CanaryFigures(nll=1.30, distinct2=0.86, eos_rate=0.67, mean_length=20.0)
+
+
+@pytest.mark.parametrize("after, rule", [
+    (CanaryFigures(1.60, 0.86, 0.67, 20.0), "reference NLL rose"),
+    (CanaryFigures(1.30, 0.50, 0.67, 20.0), "distinct-2 fell"),
+    (CanaryFigures(1.30, 0.86, 0.33, 20.0), "EOS rate fell"),
+    (CanaryFigures(1.30, 0.86, 0.67, 31.0), "mean length grew"),
+    (CanaryFigures(math.nan, 0.86, 0.67, 20.0), "non-finite"),
+], ids=["nll", "distinct", "eos", "length", "nan"])
+def test_each_rule_refuses_its_regression(after, rule):
+    reasons = regressions(BASE, after, CanaryConfig())
+    assert len(reasons) == 1 and rule in reasons[0], reasons
+
+
+def test_changes_within_the_thresholds_and_improvements_pass():
+    cfg = CanaryConfig()
+    ok = [CanaryFigures(1.50, 0.70, 0.50, 29.0),  # each just inside its limit
+          CanaryFigures(0.90, 0.95, 1.00, 8.0),  # better everywhere (shorter is fine)
+          CanaryFigures(1.30, 0.04, 0.67, 20.0)]
+    assert regressions(BASE, ok[0], cfg) == [] and regressions(BASE, ok[1], cfg) == []
+    tiny = CanaryFigures(10.8, 0.027, 0.0, 32.0)  # a random model's looping output: a fall under 0.05 is noise
+    assert regressions(tiny, CanaryFigures(10.8, 0.011, 0.0, 32.0), cfg) == []
+    short = CanaryFigures(1.3, 0.9, 1.0, 6.0)  # growth of at most 4 tokens always passes
+    assert regressions(short, CanaryFigures(1.3, 0.9, 1.0, 10.0), cfg) == []
+    assert regressions(short, CanaryFigures(1.3, 0.9, 1.0, 11.0), cfg) != []
+
+
+def test_bad_canary_settings_are_refused_by_name():
+    from slime_ext.config import ServeConfig
+
+    with pytest.raises(ValueError, match="canary_max_eos_drop"):
+        ServeConfig(canary_max_eos_drop=-0.1).validated()
+    with pytest.raises(ValueError, match="canary_max_new_tokens"):
+        CanaryConfig(max_new_tokens=0).validate()
+
+
+def test_cli_maps_the_canary_flags_onto_the_trainer_config():
+    from slime_ext.cli import build_parser, serve_config
+
+    cfg = serve_config(build_parser().parse_args(["serve", "--no-canary", "--canary-max-nll-rise", "0.5"]))
+    assert cfg.trainer_config().canary == CanaryConfig(enabled=False, max_nll_rise=0.5)
+    assert serve_config(build_parser().parse_args(["serve"])).trainer_config().canary.enabled  # on by default
+
+
+# ---------------------------------------------------------------- the gate in the trainer (tiny)
+
+
+def test_snapshot_restores_lora_weights_and_optimizer_state():
+    from transformers import AutoModelForCausalLM
+
+    from slime_ext.models import resolve_model
+
+    model = wrap_lora(AutoModelForCausalLM.from_pretrained(resolve_model("tiny"), dtype=torch.float32),
+                      TrainerConfig(lora_rank=4))
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1.0)
+    model(input_ids=torch.tensor([[1, 2, 3]])).logits.sum().backward()
+    opt.step()  # some optimizer state to keep
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    moments = [s["exp_avg"].clone() for s in opt.state.values()]
+    restore = snapshot(model, opt)
+    model(input_ids=torch.tensor([[4, 5, 6]])).logits.sum().backward()
+    opt.step()
+    assert any(not torch.equal(p, before[n]) for n, p in model.named_parameters() if p.requires_grad)
+    restore()
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters() if p.requires_grad)
+    assert all(torch.equal(s["exp_avg"], m) for s, m in zip(opt.state.values(), moments))
+
+
+def gated_trainer(tmp_path, lr: float, lora_rank: int = 0):
+    """A trainer with the default canary on tiny, and four judged turns waiting."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from slime_ext.models import resolve_model
+    from tests.test_trainer_loop import record
+
+    model_dir = resolve_model("tiny")
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    store = Store(tmp_path / "run")
+    for i in range(4):
+        record(store, base, f"s{i}", [11 + i, 12, 13], [1000 + i, 1001, 1002], 1 if i % 2 else -1)
+    cfg = TrainerConfig(batch_size=4, lr=lr, lora_rank=lora_rank, lora_alpha=8)
+    canary = Canary(CanaryConfig(), AutoTokenizer.from_pretrained(model_dir), store, tmp_path / "run")
+    return OnlineTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg, canary=canary), store
+
+
+def test_a_broken_update_is_refused_undone_and_never_published(tmp_path, caplog):
+    trainer, store = gated_trainer(tmp_path, lr=10.0)  # full weights at lr 10: the output layer is wrecked
+    weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    with caplog.at_level(logging.WARNING):
+        metrics = trainer.step()
+    assert metrics["refused"].startswith("canary refused version 1: reference NLL rose")
+    assert metrics["canary_refused"] == 1 and metrics["canary_nll_rise"] > 100
+    assert trainer.version == 0 and not (tmp_path / "run" / "checkpoints").exists()
+    assert all(torch.equal(p, weights[n]) for n, p in trainer.model.named_parameters())  # undone
+    assert trainer.optimizer.state_dict()["state"] == {}  # as before the (first) step
+    turns = [t for s in export_records(store.run_dir)["sessions"] for t in s["turns"]]
+    assert all(t["dropped"] == metrics["refused"] and t["trained_in_version"] is None for t in turns)
+    status = read_status(tmp_path / "run")
+    assert status["checks"] == 1 and status["refused"] == 1 and status["last_refusal"]["version"] == 1
+    assert status["last_refusal"]["after"]["nll"] > status["last_refusal"]["before"]["nll"] + 100
+    assert any(r.levelno == logging.WARNING and "canary refused version 1" in r.getMessage() for r in caplog.records)
+    assert trainer.step() is None  # its turns are not retried
+
+
+@pytest.mark.parametrize("lora_rank", [0, 4], ids=["full-weights", "lora"])
+def test_a_healthy_update_passes_the_canary_and_is_published(tmp_path, lora_rank):
+    trainer, store = gated_trainer(tmp_path, lr=1e-3, lora_rank=lora_rank)
+    metrics = trainer.step()
+    assert "refused" not in metrics and metrics["canary_refused"] == 0 and metrics["version"] == 1
+    assert (tmp_path / "run" / "checkpoints" / "v000001").is_dir()
+    state = json.loads((tmp_path / "run" / "checkpoints" / "v000001" / "trainer_state.json").read_text())
+    assert state["metrics"]["canary_nll"] == metrics["canary_nll"]
+    assert read_status(tmp_path / "run")["checks"] == 1 and read_status(tmp_path / "run")["refused"] == 0
+
+
+# ---------------------------------------------------------------- acceptance: a real server
+
+
+def chat(srv, messages, seed):
+    body = json.dumps({"model": "m", "messages": messages, "max_tokens": 6, "seed": seed}).encode()
+    req = urllib.request.Request(srv.url + "/chat/completions", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())
+
+
+def feedback_round(srv, n: int = 2) -> None:
+    for i, feedback in enumerate(["Thanks, perfect!", "No, that's wrong."][:n]):
+        u = {"role": "user", "content": f"What is the capital of country {i}?"}
+        reply = chat(srv, [u], seed=i)["choices"][0]["message"]["content"]
+        chat(srv, [u, {"role": "assistant", "content": reply}, {"role": "user", "content": feedback}], seed=100 + i)
+
+
+def test_server_refuses_a_broken_version_and_keeps_serving_the_previous_one(make_server):
+    srv = make_server(extra=["--method", "binary", "--batch-size", "2", "--lora-rank", "0", "--lr", "10"])
+    feedback_round(srv)
+    deadline = time.time() + 120
+    while srv.health()["training"].get("canary", {}).get("refused", 0) < 1:
+        assert time.time() < deadline, srv.log_tail()
+        time.sleep(0.3)
+    health = srv.health()
+    assert health["policy_version"] == 0 and health["trained_turns"] == 0
+    refusal = health["training"]["canary"]["last_refusal"]
+    assert refusal["version"] == 1 and "reference NLL rose" in refusal["reasons"][0]
+    assert not list((srv.run_dir / "checkpoints").glob("v*"))  # nothing published
+    served = chat(srv, [{"role": "user", "content": "Hello?"}], seed=7)
+    turns = [t for s in srv.records()["sessions"] for t in s["turns"]]
+    assert [t["policy_version"] for t in turns if t["request_id"] == served["id"]] == [0]
+    assert sum((t["dropped"] or "").startswith("canary refused version 1") for t in turns) == 2
+    with urllib.request.urlopen(srv.base + "/metrics", timeout=30) as r:
+        assert "openclaw_canary_refusals 1" in r.read().decode()
+    assert "canary refused version 1" in srv.log_tail()
