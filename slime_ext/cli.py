@@ -92,6 +92,10 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--implicit-reward-scale", type=float,
                    help=f"a fresh sample's reward is tanh(mean hinted-teacher minus student log-prob per token / "
                         f"this) [{d.implicit_reward_scale:g}]")
+    p.add_argument("--sft-coef", type=float,
+                   help=f"context distillation: weight of SFT on the hinted teacher's own answers to the hinted "
+                        f"prompt (sampled like group members, EOS kept); 0: off [{d.sft_coef:g}]")
+    p.add_argument("--sft-samples", type=int, help=f"the hinted teacher's answers per hinted turn [{d.sft_samples}]")
     p.add_argument("--topk", type=int, help=f"k of --distill topk [{d.topk}]")
     p.add_argument("--topk-support", choices=["teacher", "student"],
                    help=f"--distill topk over the teacher's top-k tokens or the student's [{d.topk_support}]")

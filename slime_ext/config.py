@@ -87,6 +87,8 @@ class ServeConfig:
     group_max_new_tokens: int = 64
     group_estimator: str = "grpo"  # "grpo" or "drgrpo"
     implicit_reward_scale: float = 1.0  # a fresh sample's reward: tanh(mean hinted-teacher gap / this)
+    sft_coef: float = 0.0  # context distillation: SFT on the hinted teacher's own answers (0: off)
+    sft_samples: int = 1  # the teacher's answers per hinted turn
 
     def trainer_config(self):
         """The trainer's settings, taken from these."""
@@ -99,6 +101,7 @@ class ServeConfig:
                              jsd_beta=self.jsd_beta, group_size=self.group_size,
                              group_temperature=self.group_temperature, group_max_new_tokens=self.group_max_new_tokens,
                              group_estimator=self.group_estimator, implicit_reward_scale=self.implicit_reward_scale,
+                             sft_coef=self.sft_coef, sft_samples=self.sft_samples,
                              max_staleness=self.max_staleness, baseline=self.baseline,
                              keep_checkpoints=self.keep_checkpoints,
                              loss=PolicyLossConfig(kl_coef=self.kl_coef), canary=self.canary_config())

@@ -97,7 +97,7 @@ def test_group_size_one_keeps_todays_samples(hinted):
 @pytest.mark.parametrize("overrides, match", [({"distill": "kl"}, "distill 'kl'"), ({"jsd_beta": 2.0}, "jsd_beta"),
                                               ({"group_size": 0}, "group_size"),
                                               ({"group_estimator": "ppo"}, "group_estimator"),
-                                              ({"method": "binary", "group_size": 4}, "group_size > 1 needs")])
+                                              ({"method": "binary", "group_size": 4}, "group_size > 1 and sft_coef need")])
 def test_bad_group_and_distill_settings_are_refused_by_name(overrides, match):
     with pytest.raises(ValueError, match=match):
         TrainerConfig(**overrides).validate()
@@ -140,15 +140,42 @@ def test_serve_flags_map_onto_the_trainer_and_bad_ones_are_named():
 
     args = build_parser().parse_args(["serve", "--distill", "jsd", "--jsd-beta", "0.3", "--group-size", "4",
                                       "--group-temperature", "0.5", "--group-max-new-tokens", "32",
-                                      "--group-estimator", "drgrpo", "--implicit-reward-scale", "2"])
+                                      "--group-estimator", "drgrpo", "--implicit-reward-scale", "2", "--sft-coef",
+                                      "0.5", "--sft-samples", "2"])
     t = serve_config(args).trainer_config()
     assert (t.distill, t.jsd_beta, t.divergence, t.group_size, t.group_temperature, t.group_max_new_tokens,
             t.group_estimator, t.implicit_reward_scale) == ("jsd", 0.3, "jsd", 4, 0.5, 32, "drgrpo", 2.0)
+    assert (t.sft_coef, t.sft_samples) == (0.5, 2)
     from slime_ext.config import ServeConfig
 
     d = ServeConfig().trainer_config()
     assert (d.group_size, d.distill) == (1, "token")  # opt-in: today's behaviour by default
-    for bad, named in [({"method": "binary", "group_size": 4}, "group_size > 1 needs"), ({"jsd_beta": -1}, "jsd_beta"),
-                       ({"distill": "kl"}, "distill 'kl'"), ({"implicit_reward_scale": 0}, "implicit_reward_scale")]:
+    for bad, named in [({"method": "binary", "group_size": 4}, "group_size > 1 and sft_coef need"), ({"jsd_beta": -1}, "jsd_beta"),
+                       ({"distill": "kl"}, "distill 'kl'"), ({"implicit_reward_scale": 0}, "implicit_reward_scale"),
+                       ({"sft_coef": -1}, "sft_coef"), ({"method": "binary", "sft_coef": 1}, "sft_coef need")]:
         with pytest.raises(ValueError, match=named):
             ServeConfig(**bad).validated()
+
+
+def test_context_distillation_trains_the_hinted_teachers_own_answer_after_the_students_prompt(hinted):
+    """sft_coef > 0: per hinted turn, the base model's answer to the *hinted* prompt (greedy here),
+    EOS kept, is put after the student's prompt and trained as SFT: its likelihood rises."""
+    from slime_ext.trainers.groups import sample_responses
+
+    trainer = trainer_for(hinted, group_size=1, distill="token", sft_coef=1.0, sft_samples=1, group_temperature=0.0,
+                          w_rl=0.0, w_opd=0.0, lr=1e-2)
+    rows = select_turns(trainer.store, trainer.store.trainable_turns(16), "combine", 0, N_TURNS, check=trainer._teach)
+    samples, groups = trainer.grouped([turn_to_sample(r) for r in rows], rows)
+    demos = [s for s in samples if s.metadata.get("sft")]
+    assert len(samples) == 2 * N_TURNS and len(demos) == N_TURNS and groups == []
+    row, demo = rows[0], demos[0]
+    expected = sample_responses(trainer.model, row["teacher_prompt_ids"], 1, temperature=0.0, max_new_tokens=6,
+                                stop_ids=[2])[0]  # LoRA starts at zero: the current model is the base teacher
+    prompt_len = len(demo.tokens) - demo.response_length
+    assert demo.tokens[:prompt_len] == row["prompt_token_ids"] and demo.tokens[prompt_len:] == expected
+    before = teacher_forced_logprobs(trainer.model, demo.tokens, prompt_len)
+    assert torch.allclose(torch.tensor(demo.rollout_log_probs), before, atol=1e-5)  # ratio 1
+    m = trainer.step()  # w_rl = w_opd = 0: only the SFT term moves the model
+    assert m["sft_samples"] == N_TURNS and m["sft_tokens"] > 0
+    after = teacher_forced_logprobs(trainer.model, demo.tokens, prompt_len)
+    assert after.sum() > before.sum() + 0.1

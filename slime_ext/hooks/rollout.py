@@ -71,9 +71,10 @@ def live_source(args) -> LiveSource:
         if cfg.distill != "token":
             raise ValueError(f"distill: {cfg.distill} needs the embedded backend: Slime passes only per-token teacher "
                              "log-probs to the trainer, not the teacher's top-k (see docs/slime.md); use distill: token")
-        if cfg.group_size != 1:
-            raise ValueError("group_size > 1 needs the embedded backend for now: on Slime, groups are to come from "
-                             "--n-samples-per-prompt through this rollout (not built yet); set group_size: 1")
+        if cfg.group_size != 1 or cfg.sft_coef:
+            raise ValueError("group_size > 1 and sft_coef need the embedded backend for now: on Slime, groups are to "
+                             "come from --n-samples-per-prompt through this rollout (not built yet); set group_size: 1 "
+                             "and sft_coef: 0")
         url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
         tokenizer = AutoTokenizer.from_pretrained(args.hf_checkpoint)
         _SOURCES[key] = LiveSource(cfg, lambda: SGLangEngine.connect(url), tokenizer).start()

@@ -16,6 +16,12 @@ Advantages are group-normalized (``group_advantages``); a constant group gets no
 its reason) but still trains its distillation term. A fresh sample's ``rollout_log_probs`` are the
 trainer model's teacher-forced log-probs at temperature 1 (the policy being trained, so its PPO
 ratio is exactly 1 in the step), not the tempered sampling distribution's. Its staleness is 0.
+
+**Context distillation** (optional, ``sft_coef`` > 0; Snell et al. 2022): the hinted teacher's own
+answers to the hinted prompt (``demonstration``), put after the *student's* prompt, trained as
+SFT: each token's advantage is ``sft_coef`` at ratio 1, whose gradient is ``sft_coef`` times the
+negative log-likelihood's (per-sample mean, like every term). The stop token is kept, so the
+student also learns where the teacher stops.
 """
 
 from __future__ import annotations
@@ -80,6 +86,25 @@ def fresh_sample(prompt: list[int], response: list[int], student: list[float], t
                   rollout_log_probs=student, teacher_log_probs=teacher, reward=reward, session_id=row["session_id"],
                   metadata={"session_id": row["session_id"], "turn": row["idx"], "fresh": True,
                             "teacher_topk": teacher_topk, "policy_version": version, "policy_version_end": version})
+
+
+def demonstration(teacher_model, row: dict[str, Any], student, config: GroupConfig, sft_coef: float, *,
+                  stop_ids: Sequence[int], version: int, context: int = 0,
+                  generator: torch.Generator | None = None) -> Sample | None:
+    """One answer of ``teacher_model`` to the hinted prompt (``row["teacher_prompt_ids"]``), as an SFT
+    sample after the student's prompt (``metadata["sft"]``), or None when the context has no room.
+    ``student``: the model being trained, for the sample's ratio-1 ``rollout_log_probs``."""
+    prompt, t_prompt = list(row["prompt_token_ids"]), list(row["teacher_prompt_ids"])
+    budget = min(config.max_new_tokens, context - max(len(prompt), len(t_prompt))) if context else config.max_new_tokens
+    if budget <= 0:
+        return None
+    (response,) = sample_responses(teacher_model, t_prompt, 1, temperature=config.temperature, max_new_tokens=budget,
+                                   stop_ids=stop_ids, generator=generator)
+    lp = teacher_forced_logprobs(student, prompt + response, len(prompt)).tolist()
+    return Sample(tokens=prompt + response, response_length=len(response), loss_mask=[1] * len(response),
+                  rollout_log_probs=lp, reward=sft_coef, session_id=row["session_id"],
+                  metadata={"session_id": row["session_id"], "turn": row["idx"], "sft": True,
+                            "advantage": sft_coef, "policy_version": version, "policy_version_end": version})
 
 
 def build_group(model, row: dict[str, Any], recorded: Sample, teacher: TeacherScorer, config: GroupConfig, *,

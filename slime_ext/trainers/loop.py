@@ -32,7 +32,7 @@ from slime_ext.algorithms.topk import teacher_topk
 from slime_ext.logprobs import teacher_forced_logits
 from slime_ext.teacher import teacher_prompt_ids
 from slime_ext.trainers.canary import CanaryConfig, snapshot
-from slime_ext.trainers.groups import GroupConfig, build_group
+from slime_ext.trainers.groups import GroupConfig, build_group, demonstration
 from slime_ext.trainers.step import Batch, response_logprobs, train_step
 from slime_ext.types import Sample
 
@@ -70,6 +70,9 @@ class TrainerConfig:
     group_max_new_tokens: int = 64
     group_estimator: str = "grpo"  # "grpo" ((r - mean) / std) or "drgrpo" (r - mean)
     implicit_reward_scale: float = 1.0  # a fresh sample's reward: tanh(mean teacher gap / this)
+    # context distillation: SFT on sft_samples answers of the hinted teacher per hinted turn, weight sft_coef (0: off)
+    sft_coef: float = 0.0
+    sft_samples: int = 1
 
     @property
     def topk_coef(self) -> float:
@@ -105,9 +108,11 @@ class TrainerConfig:
         if self.group_estimator not in ESTIMATORS or self.implicit_reward_scale <= 0:
             raise ValueError(f"group_estimator {self.group_estimator!r}: expected one of {', '.join(ESTIMATORS)}, "
                              f"and implicit_reward_scale > 0")
-        if self.group_size > 1 and self.method == "binary":
-            raise ValueError("group_size > 1 needs method opd or combine: a fresh sample is rewarded by the hinted "
-                             "teacher, and binary judges no hints")
+        if self.sft_coef < 0 or self.sft_samples < 1:
+            raise ValueError(f"sft_coef must be >= 0 and sft_samples >= 1; got {self.sft_coef} and {self.sft_samples}")
+        if (self.group_size > 1 or self.sft_coef) and self.method == "binary":
+            raise ValueError("group_size > 1 and sft_coef need method opd or combine: they need the hinted teacher, "
+                             "and binary judges no hints")
 
 
 DISTILL = ("token", "topk", "forward_kl", "jsd")
@@ -184,13 +189,16 @@ def turn_to_sample(row: dict[str, Any]) -> Sample:
 
 def group_metrics(groups: list[dict[str, Any]], samples: list[Sample]) -> dict[str, Any]:
     """A step's group metrics: groups formed, constant ones (no RL term), fresh samples and their
-    mean implicit reward, and each group's record (its rewards and why it was dropped, if it was)."""
-    if not groups:
-        return {}
+    mean implicit reward, each group's record (its rewards and why it was dropped, if it was), and
+    the context-distillation samples and tokens."""
     fresh = [float(s.reward) for s in samples if (s.metadata or {}).get("fresh")]
-    return {"groups": len(groups), "constant_groups": sum(g["dropped"] is not None for g in groups),
-            "fresh_samples": len(fresh), "fresh_reward_mean": sum(fresh) / len(fresh) if fresh else 0.0,
-            "group_records": groups}
+    sft = [s.response_length for s in samples if (s.metadata or {}).get("sft")]
+    out = {"sft_samples": len(sft), "sft_tokens": sum(sft)} if sft else {}
+    if groups:
+        out.update(groups=len(groups), constant_groups=sum(g["dropped"] is not None for g in groups),
+                   fresh_samples=len(fresh), fresh_reward_mean=sum(fresh) / len(fresh) if fresh else 0.0,
+                   group_records=groups)
+    return out
 
 
 def wrap_lora(model, config: TrainerConfig):
@@ -332,9 +340,10 @@ class OnlineTrainer:
         return True
 
     def grouped(self, samples: list[Sample], rows: list[dict[str, Any]]) -> tuple[list[Sample], list[dict[str, Any]]]:
-        """``samples`` with each hinted turn's fresh group members added (``group_size`` > 1), and a
-        record of each group (``trainers/groups.py``). Unhinted turns stay groups of one."""
-        if self.config.group_size <= 1:
+        """``samples`` with each hinted turn's fresh group members added (``group_size`` > 1) and its
+        context-distillation samples (``sft_coef`` > 0), and a record of each group
+        (``trainers/groups.py``). Unhinted turns stay groups of one."""
+        if self.config.group_size <= 1 and not self.config.sft_coef:
             return samples, []
         from slime_ext.api.prompt import stop_token_ids
 
@@ -345,11 +354,19 @@ class OnlineTrainer:
                 out.append(sample)
                 continue
             seed = zlib.crc32(f"{self.version}:{row['session_id']}:{row['idx']}".encode())  # reproducible
-            members, record = build_group(self.model, row, sample, self._teacher_scores, self.config.groups,
-                                          stop_ids=stop_token_ids(self.renderer.tokenizer), version=self.version,
-                                          context=context, generator=torch.Generator().manual_seed(seed))
-            out.extend(members)
-            records.append(record)
+            generator, stops = torch.Generator().manual_seed(seed), stop_token_ids(self.renderer.tokenizer)
+            if self.config.group_size > 1:
+                members, record = build_group(self.model, row, sample, self._teacher_scores, self.config.groups,
+                                              stop_ids=stops, version=self.version, context=context, generator=generator)
+                out.extend(members)
+                records.append(record)
+            else:
+                out.append(sample)
+            for _ in range(self.config.sft_samples if self.config.sft_coef else 0):
+                with self._teacher_weights() as teacher:
+                    demo = demonstration(teacher, row, self.model, self.config.groups, self.config.sft_coef,
+                                         stop_ids=stops, version=self.version, context=context, generator=generator)
+                out.extend([demo] if demo is not None else [])
         return out, records
 
     def _teach(self, row: dict[str, Any]) -> str | None:
@@ -390,10 +407,17 @@ class OnlineTrainer:
 
     def _teacher_logits(self, ids: list[int], start: int) -> torch.Tensor:
         """Teacher-forced logits under the teacher: the initial policy or the current one."""
+        with self._teacher_weights() as m:
+            return teacher_forced_logits(m, ids, start)
+
+    @contextlib.contextmanager
+    def _teacher_weights(self):
+        """The teacher's weights: the initial policy (``teacher: base``) or the current one."""
         if self.config.teacher == "base":
             with self.initial.weights() as m:
-                return teacher_forced_logits(m, ids, start)
-        return teacher_forced_logits(self.model, ids, start)
+                yield m
+        else:
+            yield self.model
 
     def save(self, keys: list[tuple[str, int]], metrics: dict[str, Any] | None = None) -> Path:
         """Write ``checkpoints/v<version>`` atomically (temp dir, then rename)."""

@@ -50,7 +50,8 @@ def collate(samples: list[Sample], pad_id: int = 0, baseline: float = 0.0, weigh
     """Right-pad samples into tensors; per-token advantages by ``combined_advantages`` (the verdict
     on every token for Binary RL, plus the teacher term for samples with ``teacher_log_probs``). A
     group member (``metadata["group_advantage"]``, see ``trainers/groups.py``) takes its
-    group-normalized advantage in place of ``reward - baseline``."""
+    group-normalized advantage in place of ``reward - baseline``; a sample with ``metadata["advantage"]``
+    (context distillation's SFT samples) takes that value on every token, whatever the weights."""
     lengths = [len(s.tokens) for s in samples]
     width = max(lengths)
     t_max = max(s.response_length for s in samples)
@@ -72,9 +73,11 @@ def collate(samples: list[Sample], pad_id: int = 0, baseline: float = 0.0, weigh
         resp_mask[i, :r] = mask
         old[i, :r] = torch.tensor(s.rollout_log_probs, dtype=torch.float32)
         teacher = torch.tensor(s.teacher_log_probs, dtype=torch.float32) if s.teacher_log_probs is not None else None
-        group = (s.metadata or {}).get("group_advantage")
+        meta = s.metadata or {}
+        group = meta.get("group_advantage")
         reward, b = (float(group), 0.0) if group is not None else (float(s.reward or 0.0), baseline)
-        adv[i, :r] = combined_advantages(reward, old[i, :r], teacher, weights, b)
+        fixed = meta.get("advantage")  # a term with its own weight (context distillation), used as is
+        adv[i, :r] = float(fixed) if fixed is not None else combined_advantages(reward, old[i, :r], teacher, weights, b)
     batch = Batch(tokens, attn, starts, resp_mask, old, adv)
     tops = [(i, s.metadata.get("teacher_topk")) for i, s in enumerate(samples)]
     tops = [(i, t) for i, t in tops if t is not None]
