@@ -171,7 +171,7 @@ def test_custom_loss_keeps_the_graph_when_nothing_is_trainable(slime_loss_module
 
 
 @pytest.mark.parametrize("settings, named", [({"distill": "forward_kl"}, "distill: forward_kl needs the embedded"),
-                                             ({"group_size": 4}, "group_size > 1 and sft_coef need the embedded"), ({"sft_coef": 0.5}, "sft_coef: 0")])
+                                             ({"sft_coef": 0.5}, "sft_coef: 0")])
 def test_the_live_rollout_refuses_what_only_the_embedded_trainer_does_yet(settings, named):
     from slime_ext.hooks.rollout import live_source
 

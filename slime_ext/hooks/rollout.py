@@ -8,11 +8,22 @@ recording, judging and storing every turn exactly as ``openclaw-rl serve`` does.
 blocks until ``rollout_batch_size`` judged turns with a training signal for the method are
 ready (the embedded trainer's ``select_turns``: a turn is dropped for having no signal, never for
 its age; Slime's batch size is fixed, so an old turn is corrected by the loss's capped ratio), and
-returns them as one-sample groups (``n_samples_per_prompt`` must be 1: a live turn is
-one sample of one prompt). Each turn handed to Slime is marked ``trained_in_version =
+returns them as groups of ``group_size`` samples (``--n-samples-per-prompt`` must equal it; 1 by
+default: the recorded turn alone). Each turn handed to Slime is marked ``trained_in_version =
 rollout_id + 1`` in the store (so it is never handed out twice, also after a restart); hinted
 turns carry the teacher's log-probs in ``metadata["teacher_log_probs"]`` (scored through the
 engine), which ``post_process_rewards`` moves onto the sample.
+
+Groups (``group_size`` > 1; the embedded trainer's ``trainers/groups.py`` rule, through SGLang):
+a hinted turn's group is its recorded sample plus ``group_size - 1`` fresh samples of the prompt
+from the served policy (the weights Slime just synced) at ``group_temperature``, each scored by
+the engine at temperature 1 for its ``rollout_log_probs`` and under the hinted prompt for its
+teacher log-probs; rewards are the verdict and the implicit reward, and ``sample.reward`` holds
+the group-normalized advantage (the raw reward in ``metadata["raw_reward"]``; a constant group's
+reason in ``metadata["group_dropped"]``), which ``post_process_rewards`` passes through. An
+unhinted turn has no teacher to reward fresh samples: its group is the recorded sample (its
+verdict, as before) and ``group_size - 1`` copies with an all-zero loss mask, so every group has
+the size Slime expects.
 
 Without our settings (Slime's own contract tests call it with ``args=None``), it takes its groups
 from ``data_source`` like Slime's default rollout, so the same function also trains on a prompt
@@ -48,7 +59,9 @@ def live_rollout(args, rollout_id, data_source, evaluation=False):
     if source is None:
         return RolloutFnTrainOutput(samples=data_source.get_samples(n), metrics={})
     samples = source.take(n, rollout_id)
-    return RolloutFnTrainOutput(samples=[[s] for s in samples], metrics=source.metrics(samples))
+    metrics = source.metrics(samples)  # before groups() puts group advantages in the rewards
+    groups = source.groups(samples)
+    return RolloutFnTrainOutput(samples=groups, metrics={**metrics, **source.group_metrics(groups)})
 
 
 def live_source(args) -> LiveSource:
@@ -63,18 +76,17 @@ def live_source(args) -> LiveSource:
         if cfg.judge == "self":
             raise ValueError("judge: self needs the embedded engine (SGLang holds only the synced weights, no frozen "
                              "base); use judge: openai with a judge server (PRM_GPUS) or judge: heuristic")
-        if int(getattr(args, "n_samples_per_prompt", 1) or 1) != 1:
-            raise ValueError("live conversations give one sample per prompt: set --n-samples-per-prompt 1")
+        if int(getattr(args, "n_samples_per_prompt", 1) or 1) != cfg.group_size:
+            raise ValueError(f"--n-samples-per-prompt must equal the plugin's group_size ({cfg.group_size}): each live "
+                             "turn is a group of its recorded sample and group_size - 1 fresh ones")
         if cfg.method in ("opd", "combine") and cfg.teacher != "policy":
             raise ValueError("teacher: on Slime the teacher is the current policy served by SGLang (it holds no "
                              "frozen base); set teacher: policy (the launch scripts do)")
         if cfg.distill != "token":
             raise ValueError(f"distill: {cfg.distill} needs the embedded backend: Slime passes only per-token teacher "
                              "log-probs to the trainer, not the teacher's top-k (see docs/slime.md); use distill: token")
-        if cfg.group_size != 1 or cfg.sft_coef:
-            raise ValueError("group_size > 1 and sft_coef need the embedded backend for now: on Slime, groups are to "
-                             "come from --n-samples-per-prompt through this rollout (not built yet); set group_size: 1 "
-                             "and sft_coef: 0")
+        if cfg.sft_coef:
+            raise ValueError("sft_coef (context distillation) needs the embedded backend for now; set sft_coef: 0")
         url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
         tokenizer = AutoTokenizer.from_pretrained(args.hf_checkpoint)
         _SOURCES[key] = LiveSource(cfg, lambda: SGLangEngine.connect(url), tokenizer).start()
@@ -192,8 +204,93 @@ class LiveSource:
             ids = prompt + row["response_token_ids"]
             teacher = self._on_loop(self.engine.score(ids, len(prompt)), timeout_s=600)
             sample.metadata["teacher_log_probs"] = teacher
+            sample.metadata["teacher_prompt_ids"] = prompt
             self.store.set_teacher_logprobs(row["session_id"], row["idx"], teacher)
         return sample
+
+    def groups(self, samples: list[Sample]) -> list[list[Sample]]:
+        """Each sample's group of ``group_size`` (see the module docstring)."""
+        size = self.cfg.group_size
+        if size <= 1:
+            return [[s] for s in samples]
+        return [self._group(s, size) for s in samples]
+
+    def _group(self, recorded: Sample, size: int) -> list[Sample]:
+        from slime_ext.algorithms.groups import group_advantages, implicit_reward
+
+        t_prompt = recorded.metadata.get("teacher_prompt_ids")
+        members = [recorded]
+        if t_prompt is not None:
+            prompt = recorded.tokens[: len(recorded.tokens) - recorded.response_length]
+            for ids, student, teacher, stopped in self._on_loop(self._fresh(prompt, t_prompt, size - 1), timeout_s=600):
+                fresh = self._fresh_sample(recorded, prompt, ids, student, teacher, stopped)
+                fresh.reward = implicit_reward(teacher, student, self.cfg.implicit_reward_scale)
+                members.append(fresh)
+        if len(members) > 1:
+            rewards = [float(m.reward) for m in members]
+            adv = group_advantages(rewards, self.cfg.group_estimator)  # type: ignore[arg-type]
+            for m, r, a in zip(members, rewards, adv.advantages):
+                m.metadata["raw_reward"], m.reward = r, a
+            if adv.dropped:
+                recorded.metadata["group_dropped"] = adv.dropped
+        while len(members) < size:  # no teacher (or empty samples): zero-mask copies keep the group's size
+            members.append(self._padding(recorded))
+        return members
+
+    async def _fresh(self, prompt: list[int], t_prompt: list[int], n: int) -> list[tuple[list[int], list[float], list[float], bool]]:
+        """``n`` fresh samples of ``prompt`` from the served policy: (ids, their log-probs at temperature 1,
+        the teacher's under ``t_prompt``, whether a stop token ended them); empty samples are left out."""
+        from slime_ext.api.prompt import stop_token_ids
+        from slime_ext.engines.base import SamplingParams
+
+        stops = stop_token_ids(self.tokenizer)
+        sampling = SamplingParams(temperature=self.cfg.group_temperature, max_new_tokens=self.cfg.group_max_new_tokens,
+                                  stop_token_ids=stops)
+
+        async def one():
+            ids = [out.token_id async for out in self.engine.generate(prompt, sampling)]
+            if not ids:
+                return None
+            student = await self.engine.score(prompt + ids, len(prompt))
+            teacher = await self.engine.score(t_prompt + ids, len(t_prompt))
+            return ids, list(student), list(teacher), ids[-1] in stops
+
+        return [x for x in await asyncio.gather(*(one() for _ in range(n))) if x is not None]
+
+    def _fresh_sample(self, recorded: Sample, prompt: list[int], ids: list[int], student: list[float],
+                      teacher: list[float], stopped: bool) -> Sample:
+        version = self.engine.policy_version
+        sample = Sample(tokens=prompt + ids, response_length=len(ids), loss_mask=[1] * len(ids), rollout_log_probs=student,
+                        session_id=recorded.session_id,
+                        metadata={"session_id": recorded.metadata["session_id"], "turn": recorded.metadata["turn"],
+                                  "fresh": True, "teacher_log_probs": teacher, "policy_version": version,
+                                  "policy_version_end": version})
+        sample.index, self._next_index = self._next_index, self._next_index + 1
+        sample.status = Sample.Status.COMPLETED if stopped else Sample.Status.TRUNCATED
+        sample.response = self.tokenizer.decode(ids, skip_special_tokens=True)
+        sample.prompt = recorded.prompt
+        sample.weight_versions = [str(version)]
+        return sample
+
+    def _padding(self, recorded: Sample) -> Sample:
+        """A copy of ``recorded`` that trains nothing (all-zero loss mask, reward 0)."""
+        import copy
+
+        pad = copy.copy(recorded)
+        pad.loss_mask, pad.reward = [0] * recorded.response_length, 0.0
+        pad.metadata = {**recorded.metadata, "padding": True}
+        pad.index, self._next_index = self._next_index, self._next_index + 1
+        return pad
+
+    def group_metrics(self, groups: list[list[Sample]]) -> dict[str, float]:
+        """Groups with fresh samples, constant ones, fresh samples and their mean implicit reward."""
+        fresh = [m.metadata["raw_reward"] for g in groups for m in g if m.metadata.get("fresh")]
+        if self.cfg.group_size <= 1:
+            return {}
+        return {"openclaw/groups": sum(any(m.metadata.get("fresh") for m in g) for g in groups),
+                "openclaw/constant_groups": sum("group_dropped" in g[0].metadata for g in groups),
+                "openclaw/fresh_samples": len(fresh),
+                "openclaw/fresh_reward_mean": sum(fresh) / len(fresh) if fresh else 0.0}
 
     def recent(self, n: int) -> list[Sample]:
         """The latest judged turns as samples, without handing them out (for evaluation)."""
