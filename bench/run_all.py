@@ -29,6 +29,7 @@ BENCHMARKS = {
     "sandbox_overhead": [],
     "agent_episodes": [],
     "gui_browser": [],
+    "judge_eval": [],
 }
 
 QUICK = {
@@ -42,6 +43,7 @@ QUICK = {
     "sandbox_overhead": ["--n", "10"],
     "agent_episodes": ["--model", "tiny", "--limit", "4", "--max-turns", "2", "--max-new-tokens", "16"],
     "gui_browser": ["--starts", "3", "--rounds", "1", "--concurrency", "1"],
+    "judge_eval": [],
 }
 
 

@@ -248,7 +248,8 @@ RULES: tuple[Rule, ...] = (
 
 # Phrases that deny an error ("0 errors", "exit code 0"); removed before the rules run.
 _NOT_AN_ERROR = re.compile(
-    r"\b(?:0|no|zero|without)\s+(?:errors?|failures?|failed|exceptions?)\b|\bexit(?:ed)?(?: with)?\s*(?:code|status)\s*[:=]?\s*0\b"
+    r"\b(?:0|no|zero|without)\s+(?:errors?|failures?|failed|exceptions?)\b"
+    r"|\bexit(?:ed)?(?: with)?\s*(?:code|status)\s*[:=]?\s*0\b"
 )
 _WORD = re.compile(r"[a-z0-9']+")
 _STOPWORDS = frozenset(
@@ -300,7 +301,8 @@ def _same_request(text: str, request: str | None) -> tuple[int, str] | None:
 
 def _new_request(text: str) -> tuple[int, str]:
     """+1 for a question or a request (the user moved on), else 0 (unclear)."""
-    if _key_words(text) and not _REDIRECT.match(text) and (text.rstrip().endswith("?") or _REQUEST_FORM.match(text)):
+    asks = text.rstrip().endswith("?") or _REQUEST_FORM.match(text)
+    if _key_words(text) and not _REDIRECT.match(text) and asks:
         return 1, "new_request: a question or a request that no cue marks as a correction"
     return 0, "ambiguous: no rule matched"
 
@@ -339,7 +341,8 @@ _SENTENCE_BREAK = re.compile(r"(?<=[.!?;])\s+|\n+")
 _CONTRAST = r"\b(?:but|though|however|although)\b"
 _CLAUSE_BREAK = re.compile(rf",|:|\s[-\u2013\u2014]+\s|{_CONTRAST}", re.I)
 _FILLER_LEAD = re.compile(
-    r"(?:(?:no|nope|nah)(?=\s*[,.!:;-]|\s+no\b|\s*$)|ok|okay|hmm+|well|also|and|but|though|however|although|so|actually|yes|yeah|oh|thanks"
+    r"(?:(?:no|nope|nah)(?=\s*[,.!:;-]|\s+no\b|\s*$)|ok|okay|hmm+|well|also|and|but|though|however|although"
+    r"|so|actually|yes|yeah|oh|thanks"
     r"|thank you|thx|ty|again|great|nice|good|lovely|perfect|cool|awesome|helpful|sounds good|that works"
     r"|appreciate it|hey)\b[\s,:!.-]*",
     re.I,
@@ -399,9 +402,10 @@ _DIRECTIVE_LEADS: tuple[tuple[re.Pattern[str], Replacement, str], ...] = (
     (re.compile(r"i(?:'d| would) rather (?:have|get|see)\s+", re.I), "prefer ", "weak"),
     (re.compile(r"(?:i(?:'d| would)? (?:prefer|like|love)|i(?:'d| would) rather|my preference is(?: for)?)"
                 r"\s+(?!to\b|you\b|it\b)", re.I), "prefer ", "weak"),
-    (re.compile(r"i (?:(?P<adv>just|only) )?(?:want|need)(?:ed)?\s+(?!to\b|you\b)|i (?:wanted|needed)\s+(?!to\b|you\b)",
+    (re.compile(r"i (?:(?P<adv>just|only) )?(?:want|need)(?:ed)?\s+(?!to\b|you\b)"
+                r"|i (?:wanted|needed)\s+(?!to\b|you\b)",
                 re.I), lambda m: f"give {m.group('adv') or ''} ".replace("  ", " "), "weak"),
-    # what the user is, meant or asked for, told about the user: "I meant Anna Schmidt" -> "The user meant ..."
+    # what the user is, meant or asked for, told about the user: "I meant Anna" -> "The user meant Anna"
     (re.compile(r"(?:i'm|i am)\s+", re.I), "the user is ", "weak"),
     (re.compile(r"i (meant|asked (?:for|about)|said)\s+", re.I), lambda m: f"the user {m.group(1)} ", "weak"),
     (re.compile(r"(?:can|could|would|will) (?:you|u)\s+(?:please\b[\s,]*)?", re.I), "", "polite"),
@@ -481,8 +485,8 @@ def _sentence_hint(sentence: str) -> tuple[str, bool] | None:
         if mid and mid.start() > 0 and not strong and not _START_CUE.match(rest):
             rest, strong, polite, weak = _strip_leads(body[start + mid.start():])
         strong = strong or bool(_START_CUE.match(rest)) or bool(_ANYWHERE_CUE.search(clause))
-        weak = polite or (not question and (weak or bool(_INSTRUCTION_VERB.match(rest) or _FACT.search(clause))
-                                            or _reservation(contrast[k], rest)))
+        instruction = bool(_INSTRUCTION_VERB.match(rest) or _FACT.search(clause)) or _reservation(contrast[k], rest)
+        weak = polite or (not question and (weak or instruction))
         if (strong or weak) and (polite or not question):
             hint = _tidy(rest)
             if content_words(hint) or _FACT.search(hint):  # "You should." alone says nothing
@@ -495,7 +499,8 @@ def _reservation(after_contrast: bool, clause: str) -> bool:
     if not after_contrast:
         return False
     text = _normalize(clause)
-    return not any(rule.pattern.search(text) for rule in RULES if rule.role == "user" and rule.name != "preference")
+    verdicts = (rule for rule in RULES if rule.role == "user" and rule.name != "preference")
+    return not any(rule.pattern.search(text) for rule in verdicts)
 
 
 def heuristic_hint(next_state: str, role: str, max_chars: int | None = None) -> str | None:
