@@ -193,6 +193,9 @@ def test_select_hint_rejects_bad_arguments():
         ("ok but without the emojis", "Without the emojis."),
         ("No, it ended in 1945.", "It ended in 1945."),  # a correction's concrete value
         ("Wrong Anna, I meant Anna Schmidt from work.", "The user meant Anna Schmidt from work."),
+        ("Start your answer with Sure!", "Start your answer with Sure!"),  # the word as the user wrote it
+        ("Nice. But please start with Sure! from now on.", "Start with Sure!"),
+        ("Stop using emojis next time!", "Stop using emojis."),
         ("Use a table.\nUse a table.", "Use a table."),  # duplicates dropped
         # nothing actionable
         ("No, that's wrong.", None),

@@ -172,6 +172,9 @@ def test_prompt_keeps_steps_after_the_request_in_order():
         ("Thanks, but I'd prefer something shorter.", "user", -1),
         ("it would be better if you used bullet points", "user", -1),
         ("remember that I like short lists", "user", -1),
+        ("Start your answer with Sure!", "user", -1),  # an instruction about the answer, not a new request
+        ("Please end with Cheers!", "user", -1),
+        ("Please answer in one sentence.", "user", -1),
         ("Perfect, always do it like this", "user", 1),  # a preference that approves the answer
         ("Exactly what I needed!", "user", 1),
         ("I just wanted to say thanks", "user", 1),

@@ -1,8 +1,9 @@
 """The heuristic judge on the labelled follow-up set (``tests/data/followups.jsonl``).
 
-266 realistic follow-ups in 13 classes (thanks, approval, moving on, follow-up, correction, standing
+379 realistic follow-ups in 13 classes (thanks, approval, moving on, follow-up, correction, standing
 preference, redo, complaint, "thanks, but ...", rephrase, tool error, tool success, ambiguous), written
-before the rules were tuned; ``dev`` rows were tuned on, ``test`` rows held out. The bar: >= 0.95
+before the rules were tuned; ``dev`` rows were tuned on, ``test``, ``fresh`` and ``fresh2`` rows held
+out (docs/learning.md has the figures and the first look at each part). The bar: >= 0.95
 overall (and on each part), no negative follow-up judged +1, and the hint of a standing preference
 (or of a "thanks, but ...", a redo with an instruction) is the preference itself (``hint_matches``).
 Other backends: ``bench/judge_eval.py``.
@@ -62,11 +63,11 @@ def test_the_set_is_broad_and_labelled(rows):
     assert sum(r.split == "test" for r in rows) >= 60
 
 
-def test_heuristic_accuracy_overall_and_on_the_held_out_part(judged):
+def test_heuristic_accuracy_overall_and_on_each_part(judged):
     table, parts = judged
     report = _report(table, parts)
     assert table["all"].accuracy >= MIN_ACCURACY, report
-    assert parts["test"]["all"].accuracy >= MIN_ACCURACY, report
+    assert all(part["all"].accuracy >= MIN_ACCURACY for part in parts.values()), report
 
 
 def test_no_correction_or_preference_is_judged_plus_one(judged):

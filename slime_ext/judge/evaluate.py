@@ -3,8 +3,9 @@
 The set (``tests/data/followups.jsonl``, one JSON object a line) holds realistic messages a user
 sends after an assistant's answer (or a tool's result), each with the request it follows, the
 reply, the expected score (``label``: +1 / 0 / -1), a ``cls`` (thanks, preference, tool_error,
-...), a ``split`` (``dev``: the part rules were tuned on; ``test``: held out) and, where the
-message carries an instruction, the expected ``hint`` with its ``hint_keys``.
+...), a ``split`` (``dev``: the part rules were tuned on; ``test``, ``fresh``, ``fresh2``: held
+out, each written later than the one before) and, where the message carries an instruction, the
+expected ``hint`` with its ``hint_keys``.
 
 Hint-match rule (``hint_matches``): a hint matches when it is given, contains every key phrase
 (case-insensitive, curly apostrophes made straight) and does not open with the user's framing

@@ -34,7 +34,8 @@ Role "user" (the user's next message):
       options", "doesn't work / match / compile / run".
   -1  ``directive``: "you should", "don't", "do not", "stop", "instead", "rather", "shorter", "too
       long/short/verbose/...", "more concise/polite/...", "less detail/formal", "keep it short",
-      "make it ...", and a reservation after an acknowledgement: ", but" / ", though" / ",
+      "make it ...", an instruction about the form of the answer at the start ("start / end / answer
+      / reply (your answer) with / in ...": "Start your answer with Sure!"), and a reservation after an acknowledgement: ", but" / ", though" / ",
       however" ("thanks, but shorter"), "ok but ...".
   -1  ``complaint``: "useless", "why did/are you", "bad" (not "not bad"), "terrible", "annoying",
       "makes no sense", "boring", "generic", "robotic", "fake", "vague", "meh", "ugh", "disappointed",
@@ -102,7 +103,8 @@ words made into an instruction for the teacher, or ``None``:
 - A question ("...?") yields a hint only through a polite lead ("Can you make it shorter?" gives
   "Make it shorter."); "Why didn't you use a table instead?" gives nothing.
 - Each hint is tidied: whitespace collapsed, trailing framing and politeness dropped, the first
-  letter capitalized, one final period; one with no content word or number ("You should.") is
+  letter capitalized, one final period (a final "!" after a capitalized word is kept: "Start your
+  answer with Sure!"); one with no content word or number ("You should.") is
   dropped, and so are duplicates. The hints are joined with a space, keeping whole sentences while
   the total fits ``max_chars`` (none fits: ``None``).
 - Approvals, thanks, bare corrections with nothing to do differently ("No, that's wrong."),
@@ -193,6 +195,9 @@ _DIRECTIVE = _rx(
     r"\brather\b", r"\bshorter\b", r"\btoo (?:long|short|verbose|wordy|much|complicated|formal|casual)\b",
     r"\bmore (?:concise|simply|polite|formal|casual|detail)\b", r"\bless (?:detail|verbose|formal|wordy)\b",
     r"\bkeep it (?:short|brief)\b", r"\bmake (?:it|them|this|that)\b",
+    # an instruction about the form of the answer: "Start your answer with Sure!", "Answer in one sentence"
+    r"^\W*(?:(?:please|pls|ok|okay|and|also|now|just)\W+)*(?:start|begin|end|finish|close|open|sign off|answer|reply"
+    r"|respond)\s+(?:(?:your|each|every|the|all)\s+(?:\w+\s+)?)?(?:with|in|using|by)\b",
     # a reservation after an acknowledgement: "thanks, but ...", "nice, though ..."
     r"[,.!]\s*(?:but|though|however|although)\b",
     r"^\W*(?:ok|okay|yes|yeah|sure|fine|great|nice|good|thanks?|thx|cool)\s+(?:but|though)\b",
@@ -428,7 +433,7 @@ _ANYWHERE_CUE = re.compile(
 )
 # A weak cue (a hint only from a message scored -1): a clause that opens with an instruction verb.
 _INSTRUCTION_VERB = re.compile(
-    r"(?:include|add|give|write|answer|reply|respond|keep|make|put|start|end|sign|call|show|skip|list"
+    r"(?:include|add|give|write|answer|reply|respond|keep|make|put|start|begin|end|finish|sign|call|show|skip|list"
     r"|summari[sz]e|explain|tell|recommend|suggest|round|format|mention|translate|say|try|redo|rewrite|sort"
     r"|cite|prefer|remove|drop|leave|cut|focus|stick|send|the user|without)\b|no\s+(?!worries\b|problem\b)\W*\w",
     re.I,
@@ -465,8 +470,11 @@ def _strip_leads(text: str) -> tuple[str, bool, bool, bool]:
 
 def _tidy(hint: str) -> str:
     """One clean sentence: collapsed whitespace, no trailing politeness, capitalized, one final period."""
-    hint = " ".join(hint.split())
-    hint = _TRAILING_FRAMING.sub("", hint).rstrip(" ,:;-.!?")
+    text = " ".join(hint.split()).rstrip(" ,:;-.?")
+    hint = _TRAILING_FRAMING.sub("", text.rstrip("!")).rstrip(" ,:;-.!?")
+    words = hint.split()
+    if text.endswith("!") and hint == text.rstrip("!") and len(words) > 1 and words[-1][:1].isupper():
+        return hint[:1].upper() + hint[1:] + "!"  # a word the user wants said as written: "... with Sure!"
     return hint[:1].upper() + hint[1:] + "." if hint else ""
 
 
@@ -474,7 +482,7 @@ def _sentence_hint(sentence: str) -> tuple[str, bool] | None:
     """``(hint, strong)`` from the first clause of ``sentence`` that carries a cue, through the end
     of the sentence; ``None`` when no clause does (or it is a question without a polite lead)."""
     question = sentence.rstrip().endswith("?")
-    body = sentence.strip().rstrip(".!?; ")
+    body = sentence.strip().rstrip(".?; ")
     breaks = list(_CLAUSE_BREAK.finditer(body))
     starts = [0] + [m.end() for m in breaks]
     contrast = [False] + [bool(re.fullmatch(_CONTRAST, m.group(0).strip(), re.I)) for m in breaks]
