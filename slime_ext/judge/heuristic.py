@@ -11,7 +11,7 @@ apostrophes are made straight, and phrases that deny an error ("0 errors", "no f
 code 0") are removed before matching.
 
 Role "tool" (the result of the assistant's tool call):
-  -1  ``tool_error``: error / exception / ``TypeError`` / traceback / fatal / "not found" / "no such
+  -1  ``tool_error``: error / exception / "TypeError:" / traceback / fatal / "not found" / "no such
       file" / denied / rejected / refused / invalid / unavailable / "limit exceeded" / failed /
       timed out / "could not" / "unable to" / "warning: no ..." / a non-zero exit code or status.
   +1  otherwise (the call ran).
@@ -136,7 +136,7 @@ def _rx(*alternatives: str) -> re.Pattern[str]:
 
 # Tool results: an error, a refusal or an empty lookup.
 _TOOL_ERROR = _rx(
-    r"\b\w*errors?\b", r"\b\w*exceptions?\b", r"\btraceback\b", r"\bnot found\b", r"\bno such file\b",
+    r"\berrors?\b", r"\bexceptions?\b", r"\b[a-z]+(?:error|exception):", r"\btraceback\b", r"\bnot found\b", r"\bno such file\b",
     r"\bpermission denied\b", r"\bfail(?:ed|s|ure|ing)?\b", r"\btimed out\b", r"\btimeout\b",
     r"\bsegmentation fault\b", r"\bnon-?zero exit\b", r"\breturned non-?zero\b",
     r"\bexit(?:ed)?(?: with)?\s*(?:code|status)\s*[:=]?\s*-?[1-9]\d*\b",
