@@ -55,6 +55,7 @@ def pick(rows: list[FollowUp], per_class: int | None) -> list[FollowUp]:
 
 
 def judge_input(row: FollowUp):
+    """The turn a row describes, as the server hands it to a judge."""
     from slime_ext.judge import JudgeInput
 
     return JudgeInput(request_messages=[{"role": "user", "content": row.request}], response_text=row.response,
@@ -82,6 +83,7 @@ async def run_model(backend, rows: list[FollowUp], votes: int | None, hints: boo
 
 
 def self_backend(model: str, max_new_tokens: int, threads: int | None):
+    """``serve --judge self``'s backend: an engine on ``model`` judging with its base weights."""
     from transformers import AutoTokenizer
 
     from slime_ext.engines.local import LocalEngine
@@ -95,6 +97,7 @@ def self_backend(model: str, max_new_tokens: int, threads: int | None):
 
 
 async def run_backend(args, name: str, rows: list[FollowUp]) -> tuple[dict, dict | None, dict]:
+    """Votes, hints (``None`` when not run) and answer texts of backend ``name`` on ``rows``."""
     if name == "heuristic":
         votes, hints = run_heuristic(rows)
         return votes, hints, {}
@@ -116,6 +119,7 @@ async def run_backend(args, name: str, rows: list[FollowUp]) -> tuple[dict, dict
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Print the per-class table of each chosen backend and write its raw votes to bench/results/."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", action="append", choices=("heuristic", "self", "openai"),
                    help="a judge backend to score (repeatable) [heuristic]")

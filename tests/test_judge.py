@@ -185,6 +185,8 @@ def test_prompt_keeps_steps_after_the_request_in_order():
         ("TypeError: unsupported operand type(s)", "tool", -1),
         ("fatal: not a git repository", "tool", -1),
         ("5 passed, 0 failed", "tool", 1),
+        ("KeyError: 'events'", "tool", -1),
+        ("tests/test_parser.py::test_errors PASSED", "tool", 1),  # a name, not an error
     ],
 )
 def test_heuristic_vote(next_state, role, expected):

@@ -90,6 +90,7 @@ class ClassScore:
 
     @property
     def accuracy(self) -> float:
+        """The share of the class's rows judged with the expected score (0 for an empty class)."""
         return self.correct / self.n if self.n else 0.0
 
 
