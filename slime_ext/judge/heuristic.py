@@ -20,6 +20,7 @@ Role "user" (the user's next message):
   -1  ``preference``: a standing preference, which is always a correction of the answer it follows
       (never +1, whatever thanks come with it): "from now on" / "from here on" / "going forward" /
       "in (the) future" / "next time" (not "next time I'm in Rome ...") / "every time" / "whenever"
+      / "I like answers that ..."
       / "when I ask" / "always" and "never" at the start of a clause or after "please", "can you"
       ... (not "always do it like this": that approves) / "remember that I ..." / "I('d) prefer",
       "I'd rather", "my preference" / "it would be better/nice if" / "I'd like it if you", "I like
@@ -33,9 +34,11 @@ Role "user" (the user's next message):
       over", "do it over", "fix it", "(it/that) again", "another one", "a different one", "more
       options", "doesn't work / match / compile / run".
   -1  ``directive``: "you should", "don't", "do not", "stop", "instead", "rather", "shorter", "too
-      long/short/verbose/...", "more concise/polite/...", "less detail/formal", "keep it short",
+      long/short/verbose/...", "more specific/concise/polite/...", "less detail/formal/text", "fewer
+      words", "simpler", "clearer", "keep it short",
       "make it ...", an instruction about the form of the answer at the start ("start / end / answer
-      / reply (your answer) with / in ...": "Start your answer with Sure!"), and a reservation after an acknowledgement: ", but" / ", though" / ",
+      / reply / write / talk (your answer / to me) with / in / like ...": "Start your answer with
+      Sure!", "Write in lowercase"; "In one sentence please"), and a reservation after an acknowledgement: ", but" / ", though" / ",
       however" ("thanks, but shorter"), "ok but ...".
   -1  ``complaint``: "useless", "why did/are you", "bad" (not "not bad"), "terrible", "annoying",
       "makes no sense", "boring", "generic", "robotic", "fake", "vague", "meh", "ugh", "disappointed",
@@ -95,9 +98,10 @@ words made into an instruction for the teacher, or ``None``:
 - Weak cues make a hint only when the message is a correction (``heuristic_vote`` scores it -1 or
   it has a strong cue): the polite leads, the first-person rewrites above ("Prefer X", "Give X",
   "The user is ..."), a clause that opens with an instruction verb ("include", "add", "give",
-  "make", "sign", "round", "call", ...) or with "no X" / "without X", a clause that carries a
-  correction's concrete value (a number, or "X, not Y": "No, it ended in 1945." gives "It ended
-  in 1945."), and the clause after "but" / "though" unless it is itself a bare verdict. So "No,
+  "make", "sign", "round", "call", "talk", ...) or with "no X" / "without X" / "less X" / "more
+  X" / "fewer X" / "in one X", a clause that carries a correction's concrete value (a number, or
+  "X, not Y": "No, it ended in 1945." gives "It ended in 1945."), and the clause after "but" /
+  "though" unless it is itself a bare verdict. So "No,
   please write it in French" gives "Write it in French." but "thanks, please continue", "Can you
   tell me more?" and "Write a poem about cats" give nothing.
 - A question ("...?") yields a hint only through a polite lead ("Can you make it shorter?" gives
@@ -153,7 +157,7 @@ _PREFERENCE = _rx(
     r"\bwhen(?:ever)? i ask\b",
     r"(?:^|[,.;:!]\s*|\b(?:please|pls|plz|and|you should|can (?:you|u)|could (?:you|u)|will you|would you)\s+)"
     r"(?:always|never)\b(?!\s+mind\b)(?!.*\b(?:like (?:this|that)|this way|that way)\b)",
-    r"\bremember (?:that )?(?:i|i'm|my|to)\b", r"\bi(?:'d| would)? (?:prefer|rather)\b", r"\bmy preference\b",
+    r"\bremember (?:that )?(?:i|i'm|my|to)\b", r"\bi (?:like|love|prefer|want|need) (?:\w+ )?(?:answers|replies|responses)\b", r"\bi(?:'d| would)? (?:prefer|rather)\b", r"\bmy preference\b",
     r"\b(?:it(?:'d| would|'s| is) be|would be|it'?s) (?:better|nicer|nice|great|good|ideal|easier) if\b",
     r"\bwhenever\b", r"\bevery (?:answer|reply|response|message|email|time)\b",
     r"\ball your (?:answers|replies|responses)\b",
@@ -193,11 +197,17 @@ _DIRECTIVE = _rx(
     r"\byou should(?:n'?t)?\b", r"\bdon'?t\b(?!\s+(?:worry|mind)\b)", r"\bdo not\b", r"\bstop\b",
     r"\binstead\b",
     r"\brather\b", r"\bshorter\b", r"\btoo (?:long|short|verbose|wordy|much|complicated|formal|casual)\b",
-    r"\bmore (?:concise|simply|polite|formal|casual|detail)\b", r"\bless (?:detail|verbose|formal|wordy)\b",
+    # the answer, compared with what the user wanted: "more specific", "fewer words", "in simpler terms"
+    r"\b(?:more|less) (?:\w+ly|concise|polite|formal|casual|detail(?:ed|s)?|specific|clear|precise|technical"
+    r"|friendly|direct|text|words|verbose|wordy)\b", r"\bfewer (?:words|details|sentences|lines|points|emojis)\b",
+    r"\b(?:simpler|clearer|briefer|plainer)\b",
     r"\bkeep it (?:short|brief)\b", r"\bmake (?:it|them|this|that)\b",
-    # an instruction about the form of the answer: "Start your answer with Sure!", "Answer in one sentence"
-    r"^\W*(?:(?:please|pls|ok|okay|and|also|now|just)\W+)*(?:start|begin|end|finish|close|open|sign off|answer|reply"
-    r"|respond)\s+(?:(?:your|each|every|the|all)\s+(?:\w+\s+)?)?(?:with|in|using|by)\b",
+    # an instruction about the form of the answer: "Start your answer with Sure!", "Answer in one sentence",
+    # "Write in lowercase", "Talk to me like a friend", "In one sentence please"
+    r"^\W*(?:(?:please|pls|ok|okay|and|also|now|just|can you|could you|would you)\W+)*(?:start|begin|end|finish"
+    r"|close|open|sign off|answer|reply|respond|write|talk|speak|explain|say)\s+(?:(?:it|that|this|to me|your \w+"
+    r"|(?:each|every|the|all) (?:\w+ )?\w+)\s+)?(?:with|in|using|by|like)\b",
+    r"^\W*(?:in|without|using|with only)\s+(?:one|two|three|a single|\d+|fewer|less|plain|simple|bullet)\b",
     # a reservation after an acknowledgement: "thanks, but ...", "nice, though ..."
     r"[,.!]\s*(?:but|though|however|although)\b",
     r"^\W*(?:ok|okay|yes|yeah|sure|fine|great|nice|good|thanks?|thx|cool)\s+(?:but|though)\b",
@@ -435,7 +445,8 @@ _ANYWHERE_CUE = re.compile(
 _INSTRUCTION_VERB = re.compile(
     r"(?:include|add|give|write|answer|reply|respond|keep|make|put|start|begin|end|finish|sign|call|show|skip|list"
     r"|summari[sz]e|explain|tell|recommend|suggest|round|format|mention|translate|say|try|redo|rewrite|sort"
-    r"|cite|prefer|remove|drop|leave|cut|focus|stick|send|the user|without)\b|no\s+(?!worries\b|problem\b)\W*\w",
+    r"|cite|prefer|remove|drop|leave|cut|focus|stick|send|the user|without|talk|speak|less|more|fewer)\b"
+    r"|no\s+(?!worries\b|problem\b)\W*\w|in (?:one|two|three|a single|\d+|plain|simple)\b",
     re.I,
 )
 # A weak cue too: a correction's concrete value, a number or "X, not Y" ("No, it ended in 1945.").
@@ -443,6 +454,7 @@ _FACT = re.compile(r"\d|,\s*not\b", re.I)
 # Framing and politeness at the end of a hint: "Use a table next time, thanks" gives "Use a table."
 _TRAILING_FRAMING = re.compile(
     r"(?:[\s,]+(?:please|pls|thanks|thank you|lol|haha|from now on|going forward|moving forward|next time"
+    r"|would be (?:nice|great|better|good)"
     r"|in (?:the )?future|(?:every|each) time))+\s*$",
     re.I,
 )
