@@ -134,7 +134,7 @@ def test_a_broken_update_is_refused_undone_and_never_published(tmp_path, caplog)
     weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     with caplog.at_level(logging.WARNING):
         metrics = trainer.step()
-    assert metrics["refused"].startswith("canary refused version 1: reference NLL rose")
+    assert metrics["refused"].startswith("canary refused: version 1: reference NLL rose")
     assert metrics["canary_refused"] == 1 and metrics["canary_nll_rise"] > 100
     assert trainer.version == 0 and not (tmp_path / "run" / "checkpoints").exists()
     assert all(torch.equal(p, weights[n]) for n, p in trainer.model.named_parameters())  # undone
@@ -191,7 +191,57 @@ def test_server_refuses_a_broken_version_and_keeps_serving_the_previous_one(make
     served = chat(srv, [{"role": "user", "content": "Hello?"}], seed=7)
     turns = [t for s in srv.records()["sessions"] for t in s["turns"]]
     assert [t["policy_version"] for t in turns if t["request_id"] == served["id"]] == [0]
-    assert sum((t["dropped"] or "").startswith("canary refused version 1") for t in turns) == 2
+    assert sum((t["dropped"] or "").startswith("canary refused: version 1: ") for t in turns) == 2
+    assert srv.health()["dropped_by_reason"] == {"canary refused": 2}
     with urllib.request.urlopen(srv.base + "/metrics", timeout=30) as r:
         assert "openclaw_canary_refusals 1" in r.read().decode()
     assert "canary refused version 1" in srv.log_tail()
+
+
+# ---------------------------------------------------------------- the default thresholds on the real model
+
+
+@pytest.mark.slow
+def test_smollm2_default_thresholds_pass_a_normal_step_and_refuse_a_broken_one(tmp_path):
+    """smollm2-135m, LoRA, Binary RL on its own sampled answers: a step at lr 5e-4 (5x the default)
+    passes the default canary; the next step at lr 10 is refused and the weights stay version 1's."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from slime_ext.api.prompt import PromptRenderer
+    from slime_ext.logprobs import teacher_forced_logprobs
+    from slime_ext.models import resolve_model
+    from slime_ext.types import Turn
+
+    model_dir = str(resolve_model("smollm2-135m"))
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    store = Store(tmp_path / "run")
+    questions = ["Tell me a fun fact about cats.", "How do I boil an egg?", "What is photosynthesis?",
+                 "Why is the sea salty?", "What is a prime number?", "Name three rivers in Europe.",
+                 "Suggest a name for a dog.", "How far is the Moon?"]
+    for i, q in enumerate(questions):
+        prompt = PromptRenderer(tok).render([{"role": "user", "content": q}], [])
+        response = base.generate(torch.tensor([prompt]), max_new_tokens=24, do_sample=True, temperature=0.7,
+                                 pad_token_id=tok.pad_token_id)[0, len(prompt):].tolist()
+        lps = teacher_forced_logprobs(base, prompt + response, len(prompt)).tolist()
+        store.create_session(f"s{i}", None, "inferred")
+        store.insert_turn(Turn(session_id=f"s{i}", index=0, main_line=True, reason="test", request_id=f"r{i}",
+                               prompt_token_ids=prompt, response_token_ids=response, response_logprobs=lps,
+                               response_text="x", policy_version=0, policy_version_end=0, finish_reason="length",
+                               messages=[], reply_key=f"s{i}"))
+        store.set_next_state(f"s{i}", 0, "feedback", "user")
+        store.record_verdict(f"s{i}", 0, 1 if i % 2 else -1, [(1 if i % 2 else -1, "test")])
+    cfg = TrainerConfig(batch_size=4, lr=5e-4, max_staleness=100)
+    trainer = OnlineTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg, pad_id=tok.pad_token_id,
+                            canary=Canary(CanaryConfig(), tok, store, tmp_path / "run"))
+    healthy = trainer.step()
+    assert healthy["version"] == 1 and healthy["canary_refused"] == 0, read_status(tmp_path / "run")
+    assert healthy["canary_nll_rise"] < 0.1  # far inside the 0.25 limit
+    weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    for group in trainer.optimizer.param_groups:
+        group["lr"] = 10.0
+    broken = trainer.step()
+    assert broken["refused"].startswith("canary refused: version 2: reference NLL rose") and trainer.version == 1
+    assert all(torch.equal(p, weights[n]) for n, p in trainer.model.named_parameters() if p.requires_grad)
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("v*")) == ["v000001"]

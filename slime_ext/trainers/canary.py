@@ -49,7 +49,7 @@ class CanaryConfig:
     max_length_ratio: float = 1.5  # mean generated length may grow to at most this x the served version's
     prompts: int = 4  # canary questions generated for (all are scored for the NLL)
     user_prompts: int = 2  # the user's own recent prompts generated for
-    max_new_tokens: int = 32
+    max_new_tokens: int = 24
     max_prompt_tokens: int = 512  # longer user prompts are not used (probe cost)
     refresh_every: int = 8  # re-choose the user's prompts after this many accepted versions
 

@@ -333,7 +333,7 @@ class OnlineTrainer:
         if not result.refused:
             return False
         restore()
-        why = f"canary refused version {self.version + 1}: " + "; ".join(result.reasons)
+        why = f"canary refused: version {self.version + 1}: " + "; ".join(result.reasons)
         for r in rows:
             self.store.mark_dropped(r["session_id"], r["idx"], why)
         metrics.update(version=self.version, turns=len(rows), refused=why)
