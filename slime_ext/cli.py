@@ -195,6 +195,8 @@ def cmd_records(args: argparse.Namespace) -> int:
                 print(f"      next state ({t['next_state_role']}): {t['next_state'][:70]!r}")
             if t["verdict"] is not None:
                 print(f"      verdict {t['verdict']:+d} from votes {t['votes']}")
+            if t.get("dropped"):  # not trained on, and why (e.g. the canary refused its step)
+                print(f"      dropped: {t['dropped']}")
     return 0
 
 

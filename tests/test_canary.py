@@ -196,6 +196,12 @@ def test_server_refuses_a_broken_version_and_keeps_serving_the_previous_one(make
     with urllib.request.urlopen(srv.base + "/metrics", timeout=30) as r:
         assert "openclaw_canary_refusals 1" in r.read().decode()
     assert "canary refused version 1" in srv.log_tail()
+    import subprocess
+    import sys
+
+    text = subprocess.run([sys.executable, "-m", "slime_ext.cli", "records", "--run-dir", str(srv.run_dir)],
+                          capture_output=True, text=True, check=True).stdout
+    assert text.count("dropped: canary refused: version 1: reference NLL rose") == 2
 
 
 # ---------------------------------------------------------------- the default thresholds on the real model

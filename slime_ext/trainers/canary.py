@@ -50,7 +50,7 @@ class CanaryConfig:
     prompts: int = 4  # canary questions generated for (all are scored for the NLL)
     user_prompts: int = 2  # the user's own recent prompts generated for
     max_new_tokens: int = 24
-    max_prompt_tokens: int = 512  # longer user prompts are not used (probe cost)
+    max_prompt_tokens: int = 256  # longer user prompts are not used (their prefill would dominate the probe)
     refresh_every: int = 8  # re-choose the user's prompts after this many accepted versions
 
     def validate(self) -> None:
