@@ -90,6 +90,38 @@ def test_cli_maps_the_canary_flags_onto_the_trainer_config():
 # ---------------------------------------------------------------- the gate in the trainer (tiny)
 
 
+class FakeStore:
+    def __init__(self, prompts):
+        self.prompts = prompts
+
+    def recent_judged(self, limit):
+        return [{"prompt_token_ids": p} for p in self.prompts[:limit]]
+
+
+def test_user_prompts_are_recent_distinct_short_and_re_chosen_every_refresh(tmp_path):
+    from transformers import AutoTokenizer
+
+    from slime_ext.models import resolve_model
+
+    store = FakeStore([[1, 2], [1, 2], list(range(300)), [3, 4], [5, 6]])  # newest first
+    canary = Canary(CanaryConfig(user_prompts=2, refresh_every=2), AutoTokenizer.from_pretrained(resolve_model("tiny")),
+                    store, tmp_path)
+    assert canary.user_prompts() == [[1, 2], [3, 4]]  # the duplicate and the 300-token prompt are skipped
+    probes = []
+    canary.probe = lambda model: probes.append(list(canary.prompts)) or BASE
+    canary.prepare(None)
+    assert probes[-1] == canary.questions[:4] + [[1, 2], [3, 4]] and len(probes) == 1
+    for _ in range(2):  # two accepted versions: the served figures are the candidates', no re-measure
+        canary.prepare(None)
+        assert not canary.check(None, 1).refused
+    assert len(probes) == 3
+    store.prompts = [[7, 8]] + store.prompts
+    canary.prepare(None)  # due: the user's prompts are re-chosen and the served version re-measured
+    assert len(probes) == 4 and probes[-1][-2:] == [[7, 8], [1, 2]]
+
+
+
+
 def test_snapshot_restores_lora_weights_and_optimizer_state():
     from transformers import AutoModelForCausalLM
 
