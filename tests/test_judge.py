@@ -426,3 +426,13 @@ async def test_engine_backend_renders_with_the_chat_template_and_samples():
     samplings = [s for _, s in engine.requests]
     assert sorted(s.seed for s in samplings) == [10, 11]
     assert all(s.temperature == 0.5 and s.max_new_tokens == 64 and 0 in s.stop_token_ids for s in samplings)
+
+
+def test_thanking_again_after_thanks_is_not_a_rephrasing():
+    """A conversation where the user thanks twice: the second thanks repeats the request's words, but
+    approval words are not a rephrasing (a real -1 here made Binary RL punish approved answers)."""
+    from slime_ext.judge.heuristic import heuristic_vote
+
+    assert heuristic_vote("Thanks, perfect!", "user", "Thanks, perfect!") == 1
+    assert heuristic_vote("Great, thank you!", "user", "Thanks, great work!") == 1
+    assert heuristic_vote("Please, write a good poem about cats", "user", "Write a good poem about cats") == -1

@@ -53,7 +53,8 @@ Role "user" (the user's next message):
       "works/worked", "like a charm", "yes", "that's the one", "exactly", "sounds good/right",
       "makes sense", a thumbs-up ...; but first, when the request is given, ``same_request``: a
       message of at least 2 words (two letters or more, or numbers) of which at least 60% repeat
-      the request is a rephrasing (-1), "please" or "good" in it notwithstanding.
+      the request is a rephrasing (-1), "please" or "good" in it notwithstanding (approval words
+      themselves are not counted, so thanking twice is still thanks).
   Then: ``same_request`` as above (-1); ``new_request`` (+1): a question ("...?", or one opening
   with what / how / who / can you / is ...) or a request opening with a common task verb (write,
   translate, book, remind, move ...), possibly after "ok", "now", "also", "and": the user moved on
@@ -305,8 +306,9 @@ def _normalize(text: str) -> str:
 
 
 def _same_request(text: str, request: str | None) -> tuple[int, str] | None:
-    """-1 when the message repeats the request (a rephrasing), else ``None``."""
-    words = _key_words(text)
+    """-1 when the message repeats the request (a rephrasing), else ``None``. Approval words do not
+    count as repeated: "Thanks, perfect!" after a "Thanks, perfect!" is thanks again, not a rephrasing."""
+    words = _key_words(_APPROVAL.sub(" ", text))
     if request and len(words) >= MIN_REQUEST_WORDS:
         shared = words & _key_words(_normalize(request))
         if len(shared) >= SAME_REQUEST_OVERLAP * len(words):
