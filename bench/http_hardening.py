@@ -45,7 +45,7 @@ def half_sent_hold_s(port: int, limit_s: float) -> float:
                 pass
         except ConnectionResetError:
             pass
-        except socket.timeout:
+        except TimeoutError:
             return limit_s
         return time.perf_counter() - t0
 

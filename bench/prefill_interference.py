@@ -31,7 +31,6 @@ from _common import DEFAULT_THREADS, Server, chat_body, env_info, load_note, mai
 
 from slime_ext.launch import sse_chunks  # noqa: E402
 
-
 BURST_S = 0.1  # chunks within this of the long request's headers were produced while the server rendered it
 
 

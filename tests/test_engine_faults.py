@@ -16,15 +16,13 @@ import time
 import urllib.request
 
 import pytest
-import torch
+from test_engine import prompts, random_lora, run
 
 import slime_ext.engines.local as local
 from slime_ext.engines import EngineError, SamplingParams
 from slime_ext.engines.base import GREEDY_BELOW
 from slime_ext.engines.local import LocalEngine
 from slime_ext.models import resolve_model
-
-from test_engine import prompts, random_lora, run
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,14 @@ import pytest
 
 from slime_ext.api.errors import ApiError
 from slime_ext.api.guard import ConnectionGuard, RateLimitFilter, connection_cap
-from slime_ext.api.policy import check_content_type, check_host, check_origin, decode_body, is_loopback, normalize_origin
+from slime_ext.api.policy import (
+    check_content_type,
+    check_host,
+    check_origin,
+    decode_body,
+    is_loopback,
+    normalize_origin,
+)
 from slime_ext.launch import ServerProcess
 
 KEY = "hardening-key"
@@ -170,7 +177,7 @@ def test_cross_site_text_plain_post_is_refused_and_not_recorded(srv):
     """What a web page can send without a CORS preflight: text/plain, its own Origin, a foreign Host."""
     before = len(srv.records()["sessions"])
     for headers in ({"Content-Type": "text/plain", "Origin": "http://evil.example"},
-                    {"Content-Type": "text/plain;charset=UTF-8", "Origin": "http://evil.example", "Host": "evil.example:%d" % srv.port},
+                    {"Content-Type": "text/plain;charset=UTF-8", "Origin": "http://evil.example", "Host": f"evil.example:{srv.port}"},
                     {"Origin": "http://evil.example"},
                     {"Content-Type": "text/plain"}):
         status, body, _ = post(srv, **headers)

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Protocol, Sequence
 
-
 GREEDY_BELOW = 1e-6  # a temperature below this is greedy (temperature 0), as in SGLang
 
 

@@ -53,7 +53,13 @@ def sandbox_preamble(args: argparse.Namespace) -> None:
     """Print what the sandbox enforces here (stderr). With --require-isolation, every Sandbox of this process (and
     of processes it starts) refuses the rlimits fallback, and this raises SandboxError at once when it is all
     there is, before a model loads."""
-    from slime_ext.envs.sandbox import REQUIRE_ENV, SandboxError, describe_isolation, isolation_report, refusal_message
+    from slime_ext.envs.sandbox import (
+        REQUIRE_ENV,
+        SandboxError,
+        describe_isolation,
+        isolation_report,
+        refusal_message,
+    )
 
     if getattr(args, "require_isolation", False):
         os.environ[REQUIRE_ENV] = "1"

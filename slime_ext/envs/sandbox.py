@@ -52,7 +52,14 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from slime_ext.envs import sandbox_child
-from slime_ext.envs.sandbox_totals import FS_POLL_S, RunCgroup, RunMonitor, Stop, WorkspaceWatch, cgroup_support
+from slime_ext.envs.sandbox_totals import (
+    FS_POLL_S,
+    RunCgroup,
+    RunMonitor,
+    Stop,
+    WorkspaceWatch,
+    cgroup_support,
+)
 
 log = logging.getLogger(__name__)
 
