@@ -130,7 +130,7 @@ def migrate(conn: sqlite3.Connection) -> None:
 # What training needs of a judged turn (the trainer, the Slime rollout hook).
 _TRAINING_COLUMNS = """session_id, idx, user, policy_version, policy_version_end, verdict, prompt_token_ids,
     response_token_ids, response_logprobs, hint, hint_judged_at, teacher_logprobs, messages, tools, tool_choice,
-    finish_reason"""
+    finish_reason, sampling"""
 
 
 class Store:
@@ -287,7 +287,7 @@ class Store:
     @staticmethod
     def _decode_turns(rows) -> list[dict[str, Any]]:
         decode = ("prompt_token_ids", "response_token_ids", "response_logprobs", "teacher_logprobs", "messages",
-                  "tools", "tool_choice")  # JSON columns
+                  "tools", "tool_choice", "sampling")  # JSON columns
         return [dict(r) | {k: json.loads(r[k]) if r[k] is not None else None for k in decode} for r in rows]
 
     def pending_judgement(self, limit: int = 16) -> list[dict[str, Any]]:

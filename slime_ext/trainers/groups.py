@@ -13,15 +13,19 @@ the distillation term). Rewards:
   makes it more likely, i.e. it already does more of what the user asked.
 
 Advantages are group-normalized (``group_advantages``); a constant group gets none (recorded with
-its reason) but still trains its distillation term. A fresh sample's ``rollout_log_probs`` are the
-trainer model's teacher-forced log-probs at temperature 1 (the policy being trained, so its PPO
-ratio is exactly 1 in the step), not the tempered sampling distribution's. Its staleness is 0.
+its reason) but still trains its distillation term. Every member is scored at the temperature it was
+sampled at (``logprobs.scoring_temperature``; ``metadata["temperature"]``), like a recorded turn: a
+fresh sample's ``rollout_log_probs`` are the trainer model's teacher-forced log-probs at the group
+temperature (the distribution it was drawn from; the step scores it there too, so its PPO ratio is
+exactly 1), and the teacher scores it at that temperature as well, so its implicit reward compares
+like with like. Its staleness is 0.
 
 **Context distillation** (optional, ``sft_coef`` > 0; Snell et al. 2022): the hinted teacher's own
 answers to the hinted prompt (``demonstration``), put after the *student's* prompt, trained as
 SFT: each token's advantage is ``sft_coef`` at ratio 1, whose gradient is ``sft_coef`` times the
 negative log-likelihood's (per-sample mean, like every term). The stop token is kept, so the
-student also learns where the teacher stops.
+student also learns where the teacher stops. A demonstration is scored at temperature 1 (it is not a
+sample of the student, and SFT is the student's likelihood of it).
 """
 
 from __future__ import annotations
@@ -32,11 +36,12 @@ from typing import Any, Callable, Sequence
 import torch
 
 from slime_ext.algorithms.groups import group_advantages, implicit_reward
-from slime_ext.logprobs import output_logits, teacher_forced_logprobs
+from slime_ext.logprobs import output_logits, scoring_temperature, teacher_forced_logprobs
 from slime_ext.types import Sample
 
-# (hinted teacher prompt ids, response ids) -> (teacher log-probs of the response, its top-k or full log-probs)
-TeacherScorer = Callable[[list[int], list[int]], tuple[list[float], Any]]
+# (hinted teacher prompt ids, response ids, scoring temperature) -> (teacher log-probs of the response at that
+# temperature, its top-k or full log-probs)
+TeacherScorer = Callable[[list[int], list[int], float], tuple[list[float], Any]]
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,7 @@ def sample_responses(model, prompt_ids: Sequence[int], n: int, *, temperature: f
                      stop_ids: Sequence[int], generator: torch.Generator | None = None) -> list[list[int]]:
     """``n`` responses to ``prompt_ids`` from ``model`` (KV-cached decoding, batch ``n``), each ending
     at its first stop token (kept) or after ``max_new_tokens``. Logits come from the fp32 output
-    layer as everywhere else; temperature 0 is greedy, otherwise plain sampling (no top-k / top-p)."""
+    layer as everywhere else, divided by ``temperature``; 0 is greedy, otherwise plain sampling (no top-k / top-p)."""
     decoder, head = model.get_decoder(), model.get_output_embeddings().weight.float()
     stops = set(int(s) for s in stop_ids)
     seqs: list[list[int]] = [[] for _ in range(n)]
@@ -63,9 +68,9 @@ def sample_responses(model, prompt_ids: Sequence[int], n: int, *, temperature: f
     with torch.no_grad():
         out = decoder(input_ids=torch.tensor([list(prompt_ids)] * n), cache=cache, use_cache=True)
         for _ in range(max_new_tokens):
-            logits = output_logits(out.last_hidden_state[:, -1], head)
+            logits = output_logits(out.last_hidden_state[:, -1], head, scoring_temperature(temperature))
             if temperature > 0:
-                probs = torch.softmax(logits / temperature, dim=-1)
+                probs = torch.softmax(logits, dim=-1)
                 tokens = torch.multinomial(probs, 1, generator=generator)[:, 0]
             else:
                 tokens = logits.argmax(-1)
@@ -80,12 +85,14 @@ def sample_responses(model, prompt_ids: Sequence[int], n: int, *, temperature: f
 
 
 def fresh_sample(prompt: list[int], response: list[int], student: list[float], teacher: list[float],
-                 teacher_topk: Any, reward: float, row: dict[str, Any], version: int) -> Sample:
-    """A fresh group member as a ``Sample`` (``metadata["fresh"]``), on-policy at ``version``."""
+                 teacher_topk: Any, reward: float, row: dict[str, Any], version: int, temperature: float = 1.0) -> Sample:
+    """A fresh group member as a ``Sample`` (``metadata["fresh"]``), on-policy at ``version``, sampled
+    (and scored: ``student``, ``teacher``) at ``temperature``."""
     return Sample(tokens=prompt + response, response_length=len(response), loss_mask=[1] * len(response),
                   rollout_log_probs=student, teacher_log_probs=teacher, reward=reward, session_id=row["session_id"],
                   metadata={"session_id": row["session_id"], "turn": row["idx"], "fresh": True,
-                            "teacher_topk": teacher_topk, "policy_version": version, "policy_version_end": version})
+                            "teacher_topk": teacher_topk, "policy_version": version, "policy_version_end": version,
+                            "temperature": temperature})
 
 
 def demonstration(teacher_model, row: dict[str, Any], student, config: GroupConfig, sft_coef: float, *,
@@ -117,13 +124,14 @@ def build_group(model, row: dict[str, Any], recorded: Sample, teacher: TeacherSc
     if context:
         budget = min(budget, context - max(len(prompt), len(t_prompt)))
     members = [recorded]
+    scale = scoring_temperature(config.temperature)  # each member is scored at its own sampling temperature
     if budget > 0:
         for response in sample_responses(model, prompt, config.size - 1, temperature=config.temperature,
                                          max_new_tokens=budget, stop_ids=stop_ids, generator=generator):
-            student = teacher_forced_logprobs(model, prompt + response, len(prompt)).tolist()
-            t_lp, t_top = teacher(t_prompt, response)
+            student = teacher_forced_logprobs(model, prompt + response, len(prompt), scale).tolist()
+            t_lp, t_top = teacher(t_prompt, response, scale)
             reward = implicit_reward(t_lp, student, config.reward_scale)
-            members.append(fresh_sample(prompt, response, student, t_lp, t_top, reward, row, version))
+            members.append(fresh_sample(prompt, response, student, t_lp, t_top, reward, row, version, config.temperature))
     record: dict[str, Any] = {"session_id": row["session_id"], "turn": row["idx"],
                               "rewards": [round(float(m.reward), 4) for m in members], "dropped": None}
     if len(members) < 2:

@@ -29,7 +29,7 @@ from slime_ext.algorithms import AdvantageWeights, PolicyLossConfig, RunningBase
 from slime_ext.algorithms.groups import ESTIMATORS
 from slime_ext.algorithms.staleness import catchup_size, staleness_metrics
 from slime_ext.algorithms.topk import teacher_topk
-from slime_ext.logprobs import teacher_forced_logits
+from slime_ext.logprobs import scoring_temperature, teacher_forced_logits
 from slime_ext.teacher import teacher_prompt_ids
 from slime_ext.trainers.canary import CanaryConfig, snapshot
 from slime_ext.trainers.groups import GroupConfig, build_group, demonstration
@@ -169,9 +169,15 @@ def select_turns(store, rows: list[dict[str, Any]], method: str, version: int, n
     return usable
 
 
+def sampled_temperature(row: dict[str, Any]) -> float | None:
+    """The temperature a recorded turn was sampled at (its ``sampling``; 0 is greedy), None if unknown."""
+    return (row.get("sampling") or {}).get("temperature")
+
+
 def turn_to_sample(row: dict[str, Any]) -> Sample:
     """A judged turn as a Slime ``Sample``: exactly the recorded tokens and log-probs (and the
-    teacher's, when the turn has them)."""
+    teacher's, when the turn has them), and the temperature it was sampled at
+    (``metadata["temperature"]``), which its log-probs are taken at in training."""
     response = row["response_token_ids"]
     return Sample(
         tokens=row["prompt_token_ids"] + response,
@@ -183,7 +189,8 @@ def turn_to_sample(row: dict[str, Any]) -> Sample:
         session_id=row["session_id"],
         metadata={"session_id": row["session_id"], "turn": row["idx"], "user": row.get("user"),
                   "teacher_topk": row.get("teacher_topk"),
-                  "policy_version": row["policy_version"], "policy_version_end": row["policy_version_end"]},
+                  "policy_version": row["policy_version"], "policy_version_end": row["policy_version_end"],
+                  "temperature": sampled_temperature(row)},
     )
 
 
@@ -385,17 +392,19 @@ class OnlineTrainer:
         if context and len(prompt) + len(row["response_token_ids"]) > context:
             return f"teacher prompt too long: {len(prompt)} + {len(row['response_token_ids'])} tokens > context {context}"
         started = time.perf_counter()
-        row["teacher_logprobs"], row["teacher_topk"] = self._teacher_scores(prompt, row["response_token_ids"])
+        row["teacher_logprobs"], row["teacher_topk"] = self._teacher_scores(
+            prompt, row["response_token_ids"], scoring_temperature(sampled_temperature(row)))  # the student's temperature
         row["teacher_prompt_ids"] = prompt
         self.teacher_s = time.perf_counter() - started
         self.store.set_teacher_logprobs(row["session_id"], row["idx"], row["teacher_logprobs"])
         return None
 
-    def _teacher_scores(self, prompt: list[int], response: list[int]) -> tuple[list[float], Any]:
-        """The teacher's log-probs of ``response`` after its (hinted) ``prompt``, from one pass, and what
-        the distillation term needs: its top-k (ids, log-probs ``[r, k]``), its full log-probs
-        ``[r, V]`` (student-top-k support), or None (token-level distillation)."""
-        logits = self._teacher_logits(prompt + response, len(prompt))  # [r, V]
+    def _teacher_scores(self, prompt: list[int], response: list[int], temperature: float = 1.0) -> tuple[list[float], Any]:
+        """The teacher's log-probs of ``response`` after its (hinted) ``prompt`` at ``temperature`` (the
+        one the student's log-probs of it are taken at), from one pass, and what the distillation term
+        needs: its top-k (ids, log-probs ``[r, k]``), its full log-probs ``[r, V]`` (student-top-k
+        support), or None (token-level distillation)."""
+        logits = self._teacher_logits(prompt + response, len(prompt), temperature)  # [r, V]
         logprobs = torch.log_softmax(logits, -1)
         values = logprobs.gather(1, torch.tensor(response)[:, None])[:, 0].tolist()
         if self.config.distill == "token":
@@ -405,10 +414,11 @@ class OnlineTrainer:
         top = teacher_topk(logits[None], self.config.topk)
         return values, (top.ids[0], top.logprobs[0])
 
-    def _teacher_logits(self, ids: list[int], start: int) -> torch.Tensor:
-        """Teacher-forced logits under the teacher: the initial policy or the current one."""
+    def _teacher_logits(self, ids: list[int], start: int, temperature: float = 1.0) -> torch.Tensor:
+        """Teacher-forced logits under the teacher (the initial policy or the current one), divided by
+        ``temperature``."""
         with self._teacher_weights() as m:
-            return teacher_forced_logits(m, ids, start)
+            return teacher_forced_logits(m, ids, start, temperature)
 
     @contextlib.contextmanager
     def _teacher_weights(self):

@@ -6,7 +6,9 @@ Invariants:
 - the PPO ratio is taken against ``Sample.rollout_log_probs``, the log-probs recorded when the
   tokens were sampled, so a sample from an older policy version is corrected;
 - log-probs are computed from hidden states sliced to the response positions, with the output
-  layer in fp32 (as the engine does when it records them).
+  layer in fp32 (as the engine does when it records them), at each sample's own sampling temperature
+  (``metadata["temperature"]``; ``logprobs.scoring_temperature``: greedy and unknown are 1), the
+  distribution the engine recorded them under, so the ratio of a fresh recording starts at 1.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from slime_ext.algorithms import (
 )
 from slime_ext.algorithms.divergence import Divergence, topk_divergence_loss
 from slime_ext.algorithms.topk import gather_log_softmax
-from slime_ext.logprobs import output_logits
+from slime_ext.logprobs import output_logits, scoring_temperature
 from slime_ext.types import Sample
 
 
@@ -41,6 +43,11 @@ class Batch:
     # [B, T, V] for student-top-k support; zeros where absent
     teacher_topk: TopK | torch.Tensor | None = None
     topk_mask: torch.Tensor | None = None  # [B, T]: response tokens of samples with a teacher top-k
+    temperatures: list[float] | None = None  # each sample's scoring temperature (None: all 1)
+
+    def temperature(self, i: int) -> float:
+        """The temperature sample ``i``'s log-probs are taken at (``scoring_temperature`` of its sampling)."""
+        return self.temperatures[i] if self.temperatures is not None else 1.0
 
 
 BINARY = AdvantageWeights.for_method("binary")
@@ -51,7 +58,8 @@ def collate(samples: list[Sample], pad_id: int = 0, baseline: float = 0.0, weigh
     on every token for Binary RL, plus the teacher term for samples with ``teacher_log_probs``). A
     group member (``metadata["group_advantage"]``, see ``trainers/groups.py``) takes its
     group-normalized advantage in place of ``reward - baseline``; a sample with ``metadata["advantage"]``
-    (context distillation's SFT samples) takes that value on every token, whatever the weights."""
+    (context distillation's SFT samples) takes that value on every token, whatever the weights. A sample
+    is scored at ``metadata["temperature"]``, the temperature it was sampled at (absent: 1)."""
     lengths = [len(s.tokens) for s in samples]
     width = max(lengths)
     t_max = max(s.response_length for s in samples)
@@ -78,7 +86,8 @@ def collate(samples: list[Sample], pad_id: int = 0, baseline: float = 0.0, weigh
         reward, b = (float(group), 0.0) if group is not None else (float(s.reward or 0.0), baseline)
         fixed = meta.get("advantage")  # a term with its own weight (context distillation), used as is
         adv[i, :r] = float(fixed) if fixed is not None else combined_advantages(reward, old[i, :r], teacher, weights, b)
-    batch = Batch(tokens, attn, starts, resp_mask, old, adv)
+    batch = Batch(tokens, attn, starts, resp_mask, old, adv,
+                  temperatures=[scoring_temperature((s.metadata or {}).get("temperature")) for s in samples])
     tops = [(i, s.metadata.get("teacher_topk")) for i, s in enumerate(samples)]
     tops = [(i, t) for i, t in tops if t is not None]
     if tops and isinstance(tops[0][1], torch.Tensor):  # full teacher log-probs [r, V] -> [B, T, V]
@@ -107,14 +116,15 @@ def collate(samples: list[Sample], pad_id: int = 0, baseline: float = 0.0, weigh
 
 
 def response_logits(model, batch: Batch) -> torch.Tensor:
-    """fp32 logits ``[B, T, V]`` at each sample's response positions (0 past the end)."""
+    """fp32 logits ``[B, T, V]`` at each sample's response positions (0 past the end), divided by each
+    sample's scoring temperature."""
     hidden = model.get_decoder()(input_ids=batch.tokens, attention_mask=batch.attention_mask).last_hidden_state
     head = model.get_output_embeddings().weight.float()
     t_max = batch.response_mask.shape[1]
     out = hidden.new_zeros(len(batch.response_start), t_max, head.shape[0], dtype=torch.float32)
     for i, start in enumerate(batch.response_start):
         r = int(batch.attention_mask[i].sum()) - start
-        out[i, :r] = output_logits(hidden[i, start - 1 : start - 1 + r], head)  # position p predicts token p + 1
+        out[i, :r] = output_logits(hidden[i, start - 1 : start - 1 + r], head, batch.temperature(i))  # p predicts p + 1
     return out
 
 
@@ -139,7 +149,7 @@ def response_logprobs(model, batch: Batch) -> torch.Tensor:
         pos = torch.nonzero(batch.response_mask[i] > 0)[:, 0]
         if len(pos) == 0:
             continue
-        logits = output_logits(hidden[i, start - 1 + pos], head)  # position p predicts token p + 1
+        logits = output_logits(hidden[i, start - 1 + pos], head, batch.temperature(i))  # p predicts token p + 1
         lp = gather_log_softmax(logits[None], batch.tokens[i, start + pos][None, :, None])[0, :, 0]
         out = out.index_put((torch.full_like(pos, i), pos), lp)
     return out
