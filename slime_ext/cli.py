@@ -96,6 +96,20 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
                    help=f"context distillation: weight of SFT on the hinted teacher's own answers to the hinted "
                         f"prompt (sampled like group members, EOS kept); 0: off [{d.sft_coef:g}]")
     p.add_argument("--sft-samples", type=int, help=f"the hinted teacher's answers per hinted turn [{d.sft_samples}]")
+    p.add_argument("--teacher-check", action=argparse.BooleanOptionalAction,
+                   help=f"measure whether the hinted teacher follows each hint (its own greedy answer with vs "
+                        f"without the hint; docs/learning.md, 'What the teacher can teach') "
+                        f"[{'on' if d.teacher_check else 'off'}]")
+    p.add_argument("--teacher-min-gap", type=float,
+                   help=f"a hint is followed when it adds at least this many nats/token to the teacher's own "
+                        f"answers (median over its prompts) and changes the answer [{d.teacher_min_gap:g}]")
+    p.add_argument("--teacher-check-tokens", type=int, help=f"length of the teacher's greedy answer [{d.teacher_check_tokens}]")
+    p.add_argument("--teacher-checks-per-hint", type=int,
+                   help=f"distinct prompts a hint is measured on; later turns with it reuse its median; 0: every "
+                        f"prompt [{d.teacher_checks_per_hint}]")
+    p.add_argument("--unfollowed-hints", choices=["skip", "train"],
+                   help=f"a hint the teacher does not follow: train it anyway (shown in records, /healthz, "
+                        f"/metrics) or skip (no teacher term; Binary RL still uses the verdict) [{d.unfollowed_hints}]")
     p.add_argument("--topk", type=int, help=f"k of --distill topk [{d.topk}]")
     p.add_argument("--topk-support", choices=["teacher", "student"],
                    help=f"--distill topk over the teacher's top-k tokens or the student's [{d.topk_support}]")
@@ -195,9 +209,23 @@ def cmd_records(args: argparse.Namespace) -> int:
                 print(f"      next state ({t['next_state_role']}): {t['next_state'][:70]!r}")
             if t["verdict"] is not None:
                 print(f"      verdict {t['verdict']:+d} from votes {t['votes']}")
+            if t.get("hint"):
+                print(f"      hint: {t['hint'][:70]!r}")
+            if t.get("teacher_check"):  # does the hinted teacher follow the hint (trainers/teachability.py)
+                print(f"      {teacher_check_line(t['teacher_check'])}")
             if t.get("dropped"):  # not trained on, and why (e.g. the canary refused its step)
                 print(f"      dropped: {t['dropped']}")
     return 0
+
+
+def teacher_check_line(c: dict[str, Any]) -> str:
+    """One line of ``records``: does the hinted teacher follow the turn's hint (``trainers/teachability.py``)."""
+    head = f"teacher {'follows' if c['follows'] else 'DOES NOT FOLLOW'} the hint (median gap {c['hint_gap']:+.3f} " \
+           f"nats/token over {c['hint_checks']} prompt{'s' if c['hint_checks'] != 1 else ''})"
+    if c["same_answer"] is None:
+        return head + "; not measured on this prompt"
+    return (head + f"; here gap {c['gap']:+.3f}, {'same' if c['same_answer'] else 'different'} answer without it: "
+            f"{c['sample'][:60]!r}")
 
 
 def cmd_models(args: argparse.Namespace) -> int:

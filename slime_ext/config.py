@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from slime_ext.trainers.canary import CanaryConfig
+from slime_ext.trainers.teachability import TeachabilityConfig
 
 _CANARY = CanaryConfig()
+_TEACH = TeachabilityConfig()
 
 
 @dataclass
@@ -89,6 +91,12 @@ class ServeConfig:
     implicit_reward_scale: float = 1.0  # a fresh sample's reward: tanh(mean hinted-teacher gap / this)
     sft_coef: float = 0.0  # context distillation: SFT on the hinted teacher's own answers (0: off)
     sft_samples: int = 1  # the teacher's answers per hinted turn
+    # does the hinted teacher follow each hint (trainers/teachability.py; docs/learning.md)
+    teacher_check: bool = _TEACH.enabled
+    teacher_min_gap: float = _TEACH.min_gap  # nats/token the hint must add to the teacher's own answer
+    teacher_check_tokens: int = _TEACH.max_new_tokens  # length of the teacher's greedy answer
+    teacher_checks_per_hint: int = _TEACH.per_hint  # prompts a hint is measured on, then its median is reused
+    unfollowed_hints: str = _TEACH.unfollowed  # "train" (trained anyway, shown) or "skip" (no teacher term)
 
     def trainer_config(self):
         """The trainer's settings, taken from these."""
@@ -104,7 +112,10 @@ class ServeConfig:
                              sft_coef=self.sft_coef, sft_samples=self.sft_samples,
                              max_staleness=self.max_staleness, baseline=self.baseline,
                              keep_checkpoints=self.keep_checkpoints,
-                             loss=PolicyLossConfig(kl_coef=self.kl_coef), canary=self.canary_config())
+                             loss=PolicyLossConfig(kl_coef=self.kl_coef), canary=self.canary_config(),
+                             teacher_check=TeachabilityConfig(self.teacher_check, self.teacher_min_gap,
+                                                              self.teacher_check_tokens, self.teacher_checks_per_hint,
+                                                              self.unfollowed_hints))
 
     def canary_config(self) -> CanaryConfig:
         """The trainer's canary settings, taken from these."""

@@ -210,6 +210,7 @@ class ChatServer:
 
     async def healthz(self, request: web.Request) -> web.Response:
         counts = await self.store.run(self.store.counts)
+        counts.update(await self.store.run(self.store.teacher_check_summary))  # does the hinted teacher follow hints
         return web.json_response(
             {
                 "status": "ok",
@@ -227,11 +228,16 @@ class ChatServer:
     async def prometheus(self, request: web.Request) -> web.Response:
         text = self.metrics.render()
         counts = await self.store.run(self.store.counts)
+        counts.update(await self.store.run(self.store.teacher_check_summary, 0))
         lines = []
         for name, key, what in (("openclaw_judged_turns", "judged_turns", "Turns with a judge verdict"),
                                 ("openclaw_trained_turns", "trained_turns", "Turns trained on"),
                                 ("openclaw_waiting_turns", "waiting_to_train", "Judged turns waiting for a training step"),
-                                ("openclaw_verdict_mean", "mean_verdict", "Mean judge verdict (the reward)")):
+                                ("openclaw_verdict_mean", "mean_verdict", "Mean judge verdict (the reward)"),
+                                ("openclaw_hints_teacher_follows", "hints_teacher_follows",
+                                 "Hinted turns whose hinted teacher follows the hint"),
+                                ("openclaw_hints_teacher_cannot_follow", "hints_teacher_cannot_follow",
+                                 "Hinted turns whose hinted teacher does not follow the hint")):
             lines += [f"# HELP {name} {what}", f"# TYPE {name} gauge", f"{name} {counts[key] or 0:g}"]
         lines += ["# HELP openclaw_dropped_turns Judged turns not trained on, by reason", "# TYPE openclaw_dropped_turns gauge"]
         lines += [f'openclaw_dropped_turns{{reason="{_label(r)}"}} {n}' for r, n in sorted(counts["dropped_by_reason"].items())]

@@ -86,6 +86,22 @@ CREATE TABLE IF NOT EXISTS votes (
     kind TEXT NOT NULL DEFAULT 'reward'  -- 'reward' (the verdict's votes) or 'hint'
 );
 CREATE INDEX IF NOT EXISTS votes_turn ON votes(session_id, turn_idx);
+CREATE TABLE IF NOT EXISTS teacher_checks (  -- does the hinted teacher follow the turn's hint (trainers/teachability.py)
+    session_id TEXT NOT NULL,
+    turn_idx INTEGER NOT NULL,
+    hint TEXT NOT NULL,
+    gap REAL NOT NULL,             -- mean nats/token the hint adds to the teacher's own greedy answer
+    same_answer INTEGER,           -- 1: its greedy answer is the same without the hint (NULL: not measured here)
+    hint_gap REAL NOT NULL,        -- the hint's median gap over the prompts measured so far (decides)
+    hint_checks INTEGER NOT NULL,  -- how many
+    follows INTEGER NOT NULL,      -- the decision: 1 follows, 0 does not
+    reason TEXT NOT NULL,
+    sample TEXT NOT NULL,          -- the teacher's answer, truncated
+    tokens INTEGER NOT NULL,
+    seconds REAL NOT NULL,         -- what measuring it cost (0: from the trainer's cache)
+    at REAL NOT NULL,
+    PRIMARY KEY (session_id, turn_idx)
+);
 """
 
 # Columns added after the first schema; added to older run directories when they are opened.
@@ -100,6 +116,14 @@ TURN_COLUMNS = {
     "hint_judged_at": "REAL",        # when hints were judged (NULL: not judged for hints)
     "teacher_logprobs": "TEXT",      # the OPD teacher's log-probs of the response tokens (JSON)
 }
+
+
+def _bool_int(value: bool | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def _int_bool(value: int | None) -> bool | None:
+    return None if value is None else bool(value)
 
 
 def _log_failure(fut) -> None:
@@ -243,6 +267,29 @@ class Store:
         self._exec("UPDATE turns SET teacher_logprobs=? WHERE session_id=? AND idx=?",
                    (json.dumps(logprobs), session_id, idx))
 
+    def record_teacher_check(self, session_id: str, idx: int, hint: str, check: dict[str, Any]) -> None:
+        """Store (or replace) the teachability check of one hinted turn (``TeacherCheck.record()``)."""
+        self._exec("""INSERT OR REPLACE INTO teacher_checks (session_id, turn_idx, hint, gap, same_answer, hint_gap,
+                      hint_checks, follows, reason, sample, tokens, seconds, at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)""",
+                   (session_id, idx, hint, check["gap"], _bool_int(check["same_answer"]), check["hint_gap"],
+                    check["hint_checks"], int(check["follows"]), check["reason"], check["sample"], check["tokens"],
+                    check["seconds"], time.time()))
+
+    def teacher_check_summary(self, recent: int = 5) -> dict[str, Any]:
+        """For ``/healthz`` and ``/metrics``: hinted turns whose teacher follows the hint, those whose
+        teacher does not, and the latest ``recent`` of the latter (newest first)."""
+        with self._lock:
+            follows, cannot = self._conn.execute(
+                "SELECT COALESCE(SUM(follows), 0), COALESCE(SUM(1 - follows), 0) FROM teacher_checks").fetchone()
+            rows = self._conn.execute(
+                """SELECT session_id, turn_idx, hint, gap, hint_gap, same_answer, sample FROM teacher_checks WHERE follows=0
+                   ORDER BY at DESC LIMIT ?""", (recent,)).fetchall()
+        return {"hints_teacher_follows": follows, "hints_teacher_cannot_follow": cannot,
+                "hints_unfollowed_recent": [{"session_id": r["session_id"], "turn": r["turn_idx"], "hint": r["hint"],
+                                             "gap": r["gap"], "hint_gap": r["hint_gap"],
+                                             "same_answer": _int_bool(r["same_answer"]),
+                                             "teacher_sample": r["sample"]} for r in rows]}
+
     def mark_trained(self, keys: list[tuple[str, int]], version: int) -> None:
         """Record that these turns were trained on in the step that produced ``version``."""
         with self._lock:
@@ -365,6 +412,11 @@ def export_records(run_dir: str | Path) -> dict[str, Any]:
         votes: dict[tuple[str, str, int], list[int | None]] = {}
         for v in conn.execute("SELECT session_id, turn_idx, value, kind FROM votes ORDER BY session_id, turn_idx, vote_idx"):
             votes.setdefault((v["kind"], v["session_id"], v["turn_idx"]), []).append(v["value"])
+        checks = {(c["session_id"], c["turn_idx"]): {"gap": c["gap"], "same_answer": _int_bool(c["same_answer"]),
+                                                     "hint_gap": c["hint_gap"], "hint_checks": c["hint_checks"],
+                                                     "follows": bool(c["follows"]), "reason": c["reason"],
+                                                     "sample": c["sample"], "tokens": c["tokens"], "seconds": c["seconds"]}
+                  for c in conn.execute("SELECT * FROM teacher_checks")}
         for d in conn.execute("SELECT * FROM decisions ORDER BY id"):
             decisions.setdefault((d["session_id"], d["turn_idx"]), []).append(
                 {"kind": d["kind"], "value": d["value"], "reason": d["reason"]}
@@ -396,6 +448,7 @@ def export_records(run_dir: str | Path) -> dict[str, Any]:
                         "hint_votes": votes.get(("hint", s["id"], t["idx"]), []),
                         "hint": t["hint"],
                         "teacher_logprobs": json.loads(t["teacher_logprobs"]) if t["teacher_logprobs"] else None,
+                        "teacher_check": checks.get((s["id"], t["idx"])),
                         "trained_in_version": t["trained_in_version"],
                         "dropped": t["dropped"],
                     }

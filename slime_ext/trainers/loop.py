@@ -34,6 +34,7 @@ from slime_ext.teacher import teacher_prompt_ids
 from slime_ext.trainers.canary import CanaryConfig, snapshot
 from slime_ext.trainers.groups import GroupConfig, build_group, demonstration
 from slime_ext.trainers.step import Batch, response_logprobs, train_step
+from slime_ext.trainers.teachability import TeachabilityConfig, TeacherChecker, excluded
 from slime_ext.types import Sample
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,8 @@ class TrainerConfig:
     # context distillation: SFT on sft_samples answers of the hinted teacher per hinted turn, weight sft_coef (0: off)
     sft_coef: float = 0.0
     sft_samples: int = 1
+    # does the hinted teacher follow each hint (trainers/teachability.py); unfollowed "skip": no teacher term
+    teacher_check: TeachabilityConfig = field(default_factory=TeachabilityConfig)
 
     @property
     def topk_coef(self) -> float:
@@ -113,6 +116,7 @@ class TrainerConfig:
         if (self.group_size > 1 or self.sft_coef) and self.method == "binary":
             raise ValueError("group_size > 1 and sft_coef need method opd or combine: they need the hinted teacher, "
                              "and binary judges no hints")
+        self.teacher_check.validate()
 
 
 DISTILL = ("token", "topk", "forward_kl", "jsd")
@@ -274,6 +278,8 @@ class OnlineTrainer:
             raise ValueError(f"baseline {config.baseline!r}: expected none or running")
         self.baseline = RunningBaseline() if config.baseline == "running" else None
         self.teacher_s = 0.0
+        self.checker: TeacherChecker | None = None  # made at the first hinted turn (trainers/teachability.py)
+        self.check_s, self.unfollowed = 0.0, 0  # this step's teachability checks: seconds, hints not followed
 
     def step_size(self) -> tuple[int, int]:
         """How many turns the next step takes (``catchup_size`` of the waiting turns with a signal),
@@ -286,6 +292,7 @@ class OnlineTrainer:
         """Train once if ``batch_size`` usable turns are waiting (more when a backlog waits: ``step_size``);
         returns the step's metrics."""
         n, waiting = self.step_size()
+        self.check_s, self.unfollowed = 0.0, 0
         rows = self.store.trainable_turns(n * 4)
         usable = select_turns(self.store, rows, self.config.method, self.version, n, check=self._teach)
         if len(usable) < self.config.batch_size:
@@ -300,6 +307,8 @@ class OnlineTrainer:
                              topk_coef=self.config.topk_coef, topk=self.config.topk,
                              divergence=self.config.divergence, beta=self.config.jsd_beta)
         metrics.update(group_metrics(groups, samples))
+        if self.checker is not None:
+            metrics.update(teacher_check_s=self.check_s, hints_unfollowed=self.unfollowed)
         if restore is not None and self._canary_refused(usable, metrics, restore):
             return metrics
         if self.baseline:
@@ -379,8 +388,30 @@ class OnlineTrainer:
     def _teach(self, row: dict[str, Any]) -> str | None:
         """Score a hinted row with the teacher (OPD / Combine) before it is taken; why not, or None."""
         if row.get("hint") and self.config.method != "binary":
-            return self.score_with_teacher(row)
+            return self.score_with_teacher(row) or self.check_teacher(row)
         return None
+
+    def check_teacher(self, row: dict[str, Any]) -> str | None:
+        """Does the hinted teacher follow the row's hint (``trainers/teachability.py``)? Stores the check;
+        an unfollowed hint loses its teacher term (``unfollowed: skip``). Why the turn is dropped, or None."""
+        if not self.config.teacher_check.enabled:
+            return None
+        if self.checker is None:
+            from slime_ext.api.prompt import stop_token_ids
+
+            tokenizer = self.renderer.tokenizer
+            self.checker = TeacherChecker(self.config.teacher_check, tokenizer, stop_token_ids(tokenizer))
+        context = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
+        with self._teacher_weights() as m:
+            check = self.checker.check(m, row["prompt_token_ids"], row["teacher_prompt_ids"], row["hint"],
+                                       context)
+        self.check_s += check.seconds
+        self.unfollowed += not check.follows
+        self.store.record_teacher_check(row["session_id"], row["idx"], row["hint"], check.record())
+        strip, why = excluded(self.config.method, row["verdict"], check, self.config.teacher_check)
+        if strip:  # trained like an unhinted turn: no teacher term, no group, no demonstration
+            row.update(teacher_logprobs=None, teacher_topk=None, teacher_prompt_ids=None)
+        return why
 
     def score_with_teacher(self, row: dict[str, Any]) -> str | None:
         """Set ``row["teacher_logprobs"]`` (and store them); return why not when that is impossible."""

@@ -39,6 +39,7 @@ def trainer_main(model: str, run_dir: str, config: dict[str, Any], poll_s: float
     from slime_ext.trainers.canary import CanaryConfig
     from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, wrap_lora
     from slime_ext.trainers.scalars import ScalarWriter
+    from slime_ext.trainers.teachability import TeachabilityConfig
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s trainer: %(message)s")
     lock = open(Path(run_dir) / "trainer.lock", "w")
@@ -49,7 +50,8 @@ def trainer_main(model: str, run_dir: str, config: dict[str, Any], poll_s: float
         fcntl.flock(lock, fcntl.LOCK_EX)
     torch.set_num_threads(threads)
     cfg = TrainerConfig(**{**config, "loss": PolicyLossConfig(**config.get("loss", {})),
-                           "canary": CanaryConfig(**config.get("canary", {}))})
+                           "canary": CanaryConfig(**config.get("canary", {})),
+                           "teacher_check": TeachabilityConfig(**config.get("teacher_check", {}))})
     model_dir = str(resolve_model(model, progress=log.info))
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     from transformers import AutoTokenizer
@@ -95,6 +97,8 @@ def step_line(m: dict[str, Any]) -> str:
         kl += f", canary passed in {m['canary_s']:.1f} s (NLL {m['canary_nll_rise']:+.3f})"
     if m.get("hinted_turns"):
         kl += f", {m['hinted_turns']} hinted (teacher gap {m['teacher_gap_mean']:+.2f})"
+    if "teacher_check_s" in m:
+        kl += f", teacher checks {m['teacher_check_s']:.1f} s ({m['hints_unfollowed']} hints not followed)"
     if "topk_kl" in m:
         kl += f", top-k KL {m['topk_kl']:.4f}"
     return (f"version {m['version']}: {m['turns']} turns ({m['response_tokens']} tokens, reward {m['reward_mean']:+.2f}), "
