@@ -34,7 +34,14 @@
 # More knobs: ROLLOUT_BATCH_SIZE, MAX_STALENESS, LR, KL_COEF, CONTEXT_LENGTH, MAX_RESPONSE_LEN, ACTOR_TP,
 # ROLLOUT_GPUS_PER_ENGINE, SAVE_DIR, SAVE_INTERVAL, NUM_ROLLOUT, MODEL_ARGS_ROTARY_BASE, SERVED_MODEL_NAME,
 # JUDGE_PORT, JUDGE_TP, JUDGE_START_TIMEOUT, MASTER_ADDR, RAY_DASHBOARD_PORT, REUSE_RAY, KEEP_RAY, W_RL,
-# W_OPD, OPD_CLIP, DISTILL (token only).
+# W_OPD, OPD_CLIP, DISTILL (token only), SAMPLING_DEFAULTS and ROLLOUT_TEMPERATURE (below).
+#
+# Temperature: Slime's trainer scores every sample at one --rollout-temperature (ROLLOUT_TEMPERATURE,
+# default 1.0), so the turns must be sampled at it. Requests that name no temperature get
+# SAMPLING_DEFAULTS: `openai` (the default here: 1.0) or `model` (HF_CKPT's generation_config.json, e.g.
+# Qwen3's 0.6; then set ROLLOUT_TEMPERATURE to that value). The plugin refuses to start when the two differ,
+# and drops a turn whose request named another temperature. OPD and Combine need 1.0: the teacher is
+# scored through SGLang at temperature 1 (see slime_ext/hooks/rollout.py).
 #
 # Processes: on exit (normal, error, INT or TERM) this script stops only what it started: the judge SGLang
 # server by its recorded PID (it runs in its own process group, so its workers go with it), the Ray job by
@@ -327,13 +334,17 @@ openclaw_settings() {
    SAVE_INTERVAL="${SAVE_INTERVAL:-20}"
    LR="${LR:-1e-6}"
    KL_COEF="${KL_COEF:-0}"
+   SAMPLING_DEFAULTS="${SAMPLING_DEFAULTS:-openai}"
+   ROLLOUT_TEMPERATURE="${ROLLOUT_TEMPERATURE:-1.0}"
    RAY_DASHBOARD_PORT="${RAY_DASHBOARD_PORT:-8265}"
    local name
    for name in PORT JUDGE_PORT ROLLOUT_BATCH_SIZE MAX_STALENESS CONTEXT_LENGTH MAX_RESPONSE_LEN MAX_TOKENS_PER_GPU \
       NUM_ROLLOUT SAVE_INTERVAL JUDGE_START_TIMEOUT RAY_DASHBOARD_PORT; do
       openclaw_is_uint "${!name}" || openclaw_die "${name}=${!name}: expected a whole number"
    done
-   for name in LR KL_COEF; do
+   [[ $SAMPLING_DEFAULTS == openai || $SAMPLING_DEFAULTS == model ]] ||
+      openclaw_die "SAMPLING_DEFAULTS=${SAMPLING_DEFAULTS}: expected openai or model"
+   for name in LR KL_COEF ROLLOUT_TEMPERATURE; do
       openclaw_is_number "${!name}" || openclaw_die "${name}=${!name}: expected a number"
    done
    ((ROLLOUT_BATCH_SIZE >= 1)) || openclaw_die "ROLLOUT_BATCH_SIZE must be at least 1"
@@ -381,6 +392,8 @@ openclaw_build_args() {
       --n-samples-per-prompt 1
       --rollout-max-response-len "${MAX_RESPONSE_LEN}"
       --rollout-max-context-len "${CONTEXT_LENGTH}"
+      # The temperature Slime scores every sample at: the one requests are served at (SAMPLING_DEFAULTS).
+      --rollout-temperature "${ROLLOUT_TEMPERATURE}"
       # One optimizer step per rollout step; weights go to SGLang after every step.
       --global-batch-size "${ROLLOUT_BATCH_SIZE}"
       --update-weights-interval 1
@@ -452,6 +465,7 @@ openclaw_common_config() {
    openclaw_yaml_num lora_rank 0 # Slime trains full weights
    openclaw_yaml_num context_length "${CONTEXT_LENGTH}"
    openclaw_yaml_num max_tokens_cap "${MAX_RESPONSE_LEN}"
+   openclaw_yaml_str sampling_defaults "${SAMPLING_DEFAULTS}"
 }
 
 # OPD / Combine settings: openclaw_opd_config W_RL W_OPD. Only token-level distillation: Slime carries one

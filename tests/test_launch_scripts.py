@@ -25,6 +25,7 @@ import yaml
 
 from slime_ext.config import ServeConfig
 from slime_ext.hooks.config import PLUGIN_KEY, plugin_config
+from slime_ext.hooks.rollout import rollout_temperature_error
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMON = ROOT / "scripts" / "slime_common.sh"
@@ -181,6 +182,9 @@ def test_dry_run_prints_the_job_with_our_hooks_and_config(method, tmp_path):
     assert (cfg.judge, cfg.judge_url, cfg.judge_model) == ("openai", "http://127.0.0.1:31000/v1", "judge")
     assert "CUDA_VISIBLE_DEVICES=6,7 python3 -m sglang.launch_server" in out
     assert "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5 ray start" in out
+    # requests are served at the temperature Slime scores them at (the plugin checks it at start-up)
+    assert _flag(words, "--rollout-temperature") == "1.0" and cfg.sampling_defaults == "openai"
+    assert rollout_temperature_error(cfg, 1.0, float(_flag(words, "--rollout-temperature"))) is None
     if method == "combine":
         assert (cfg.w_rl, cfg.w_opd, cfg.distill) == (1.0, 1.0, "token")
     elif method == "opd":
@@ -206,6 +210,18 @@ def test_dry_run_with_an_external_judge(tmp_path):
     assert (cfg.port, cfg.w_rl, cfg.w_opd, cfg.batch_size) == (31234, 0.5, 2.0, 8)
 
 
+def test_dry_run_serving_at_the_models_temperature_trains_at_it(tmp_path):
+    """SAMPLING_DEFAULTS=model with ROLLOUT_TEMPERATURE: the plugin serves requests that name no
+    temperature at the checkpoint's values, and Slime scores them at the same temperature."""
+    env = _base_env(tmp_path, DRY_RUN="1", PATH=str(_only_tools_bin(tmp_path)), SAMPLING_DEFAULTS="model",
+                    ROLLOUT_TEMPERATURE="0.6")
+    r = _run("binary", env)
+    assert r.returncode == 0, r.stderr
+    words = _submit_words(r.stdout)
+    data = yaml.safe_load(Path(_flag(words, "--custom-config-path")).read_text())["openclaw_rl"]
+    assert data["sampling_defaults"] == "model" and _flag(words, "--rollout-temperature") == "0.6"
+
+
 def test_dry_run_without_judge_gpus_uses_the_heuristic(tmp_path):
     env = _base_env(tmp_path, DRY_RUN="1", PATH=str(_only_tools_bin(tmp_path)), NUM_GPUS="2")
     env.pop("API_KEY")
@@ -226,6 +242,8 @@ def test_dry_run_without_judge_gpus_uses_the_heuristic(tmp_path):
     ({"ACTOR_TP": "3"}, "ACTOR_TP"),
     ({"PORT": "http"}, "PORT"),
     ({"DISTILL": "topk"}, "token-level"),
+    ({"SAMPLING_DEFAULTS": "greedy"}, "SAMPLING_DEFAULTS=greedy: expected openai or model"),
+    ({"ROLLOUT_TEMPERATURE": "hot"}, "ROLLOUT_TEMPERATURE"),
     ({"SLIME_DIR": "/"}, "not a Slime checkout"),
 ])
 def test_settings_that_cannot_work_are_refused_before_anything_starts(tmp_path, extra, message):

@@ -16,12 +16,18 @@ import torch
 
 from slime_ext.engines.base import SamplingParams
 from slime_ext.engines.local import LocalEngine
-from slime_ext.logprobs import output_logits, scoring_temperature, teacher_forced_logits, teacher_forced_logprobs
+from slime_ext.logprobs import (
+    output_logits,
+    scoring_temperature,
+    teacher_forced_logits,
+    teacher_forced_logprobs,
+)
 from slime_ext.models import resolve_model
 from slime_ext.store import Store
 from slime_ext.trainers import loop
 from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, wrap_lora
 from slime_ext.types import Turn
+from tests.test_slime_rollout import FEEDBACK, sglang_source  # noqa: F401  (a fixture: the live rollout on tiny)
 
 
 def test_scoring_temperature_is_the_sampling_one_and_greedy_is_raw_logits():
@@ -98,3 +104,50 @@ def store_records(run_dir):
     from slime_ext.store import export_records
 
     return export_records(run_dir)["sessions"]
+
+
+# ---------------------------------------------------------------- Slime: one --rollout-temperature for every sample
+def test_slime_settings_whose_serving_temperature_is_not_the_rollout_temperature_are_refused():
+    from slime_ext.config import ServeConfig
+    from slime_ext.hooks.rollout import rollout_temperature_error
+
+    binary, combine = ServeConfig(method="binary"), ServeConfig(method="combine")
+    assert rollout_temperature_error(binary, 0.6, 0.6) is None and rollout_temperature_error(combine, 1.0, 1.0) is None
+    assert rollout_temperature_error(binary, 0.0, 1.0) is None  # greedy: raw logits, i.e. temperature 1
+    why = rollout_temperature_error(binary, 0.6, 1.0)
+    assert "--rollout-temperature 1" in why and "sampled at 0.6" in why and "set --rollout-temperature 0.6" in why
+    why = rollout_temperature_error(combine, 0.6, 0.6)
+    assert "teacher" in why and "temperature 1" in why
+
+
+def talk(port: int, i: int, **sampling) -> None:
+    """One conversation: a question, the reply, and FEEDBACK[i % 4] as the user's next message."""
+    import json
+    import urllib.request
+
+    def chat(messages, seed):
+        body = json.dumps({"model": "m", "messages": messages, "max_tokens": 6, "seed": seed, **sampling}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return json.loads(r.read())["choices"][0]["message"]["content"]
+
+    u = {"role": "user", "content": f"Question {i}?"}
+    reply = chat([u], i)
+    chat([u, {"role": "assistant", "content": reply}, {"role": "user", "content": FEEDBACK[i % 4]}], 50 + i)
+
+
+def test_slime_rollout_drops_a_turn_sampled_at_another_temperature_and_tags_the_others(sglang_source):  # noqa: F811
+    """The live rollout (SGLang client and the SGLang-protocol test server on tiny) at Slime's default
+    --rollout-temperature 1: a turn whose request named temperature 0.3 cannot be scored right, so it
+    is dropped with the reason; the others are handed out with their temperature in the metadata."""
+    src = sglang_source("binary")
+    talk(src.port, 0, temperature=0.3)
+    for i in (1, 2, 3):
+        talk(src.port, i)
+    samples = src.take(3, 0, timeout_s=60)
+    assert [s.metadata["temperature"] for s in samples] == [1.0, 1.0, 1.0]
+    turns = {t["next_state"]: t for s in store_records(src.store.run_dir) for t in s["turns"] if t["next_state"]}
+    dropped = turns[FEEDBACK[0]]
+    assert dropped["sampling"]["temperature"] == 0.3 and dropped["trained_in_version"] is None
+    assert dropped["dropped"] == "sampled at temperature 0.3: Slime scores every sample at --rollout-temperature 1"

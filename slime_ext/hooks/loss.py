@@ -9,8 +9,11 @@ term (the launch scripts choose an estimator that leaves the verdict unnormalize
 (``post_process_rewards`` sets teacher = rollout for turns without a hint, so those add 0), then
 the same clipped surrogate as the embedded trainer (``policy_loss``) against the rollout
 log-probs, reduced with Slime's ``sum_of_sample_mean``. Current log-probs come from Slime's
-``get_log_probs_and_entropy`` (imported when called). Method ``binary`` is ``w_opd = 0``, ``opd``
-is ``w_rl = 0``.
+``get_log_probs_and_entropy`` (imported when called), which divides the logits by
+``--rollout-temperature``: the one temperature every sample is scored at on Slime, so it must be
+the one the turns were sampled at (the rollout hook refuses settings where it is not, and drops a
+turn sampled at another; the embedded trainer scores each sample at its own
+``metadata["temperature"]`` instead). Method ``binary`` is ``w_opd = 0``, ``opd`` is ``w_rl = 0``.
 """
 
 from __future__ import annotations

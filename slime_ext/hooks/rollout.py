@@ -25,6 +25,18 @@ unhinted turn has no teacher to reward fresh samples: its group is the recorded 
 verdict, as before) and ``group_size - 1`` copies with an all-zero loss mask, so every group has
 the size Slime expects.
 
+Temperature: every sample carries the temperature its ``rollout_log_probs`` are under
+(``metadata["temperature"]``: the recorded turn's sampling temperature; 1 for fresh samples, which
+are scored through ``Engine.score``), but Slime's trainer scores all of
+them at one ``--rollout-temperature`` (it divides the logits by it, as the embedded trainer divides
+each sample's by its own). So the serving temperature must equal it: at start-up, requests that name
+no temperature must be sampled at ``--rollout-temperature`` (``sampling_defaults`` and the HF
+checkpoint's ``generation_config.json``; greedy counts as 1), and a turn whose request named another
+temperature is dropped with the reason. The teacher and fresh group samples are scored through
+SGLang's ``score`` at temperature 1 (stock SGLang's input log-probs are the raw logits), so OPD and
+Combine need ``--rollout-temperature 1``; the launch scripts set both from ``SAMPLING_DEFAULTS`` /
+``ROLLOUT_TEMPERATURE`` (``scripts/slime_common.sh``).
+
 Without our settings (Slime's own contract tests call it with ``args=None``), it takes its groups
 from ``data_source`` like Slime's default rollout, so the same function also trains on a prompt
 dataset whose samples already carry rewards.
@@ -87,19 +99,46 @@ def live_source(args) -> LiveSource:
                              "log-probs to the trainer, not the teacher's top-k (see docs/slime.md); use distill: token")
         if cfg.sft_coef:
             raise ValueError("sft_coef (context distillation) needs the embedded backend for now; set sft_coef: 0")
+        from slime_ext.serve import served_sampling_defaults
+
+        rollout_temperature = float(getattr(args, "rollout_temperature", 1.0))
+        why = rollout_temperature_error(cfg, served_sampling_defaults(cfg, args.hf_checkpoint).temperature,
+                                        rollout_temperature)
+        if why:
+            raise ValueError(why)
         url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
         tokenizer = AutoTokenizer.from_pretrained(args.hf_checkpoint)
-        _SOURCES[key] = LiveSource(cfg, lambda: SGLangEngine.connect(url), tokenizer).start()
+        _SOURCES[key] = LiveSource(cfg, lambda: SGLangEngine.connect(url), tokenizer,
+                                   rollout_temperature=rollout_temperature).start()
     return _SOURCES[key]
+
+
+def rollout_temperature_error(cfg, serving_temperature: float, rollout_temperature: float) -> str | None:
+    """Why Slime would train these settings' turns at the wrong temperature (see the module docstring),
+    or None. ``serving_temperature``: what a request naming none is sampled at."""
+    from slime_ext.logprobs import scoring_temperature
+
+    serving = scoring_temperature(serving_temperature)
+    if abs(serving - rollout_temperature) > 1e-6:
+        return (f"--rollout-temperature {rollout_temperature:g}: requests that name no temperature are sampled at "
+                f"{serving_temperature:g} (sampling_defaults: {cfg.sampling_defaults}), and Slime must score them at "
+                f"that temperature; set --rollout-temperature {serving:g} (ROLLOUT_TEMPERATURE in the launch scripts) "
+                "or sampling_defaults: openai (1.0)")
+    if abs(rollout_temperature - 1.0) > 1e-6 and cfg.method in ("opd", "combine"):
+        return (f"--rollout-temperature {rollout_temperature:g} with method {cfg.method}: the teacher (and fresh group "
+                "samples) are scored through SGLang at temperature 1, so their log-probs would not compare with the "
+                "rollout's; serve and train at 1 (sampling_defaults: openai, --rollout-temperature 1.0)")
+    return None
 
 
 class LiveSource:
     """Our API server in this process (its own thread and event loop), and the judged turns it
     recorded, handed out as Slime samples."""
 
-    def __init__(self, cfg, engine, tokenizer, *, poll_s: float = 0.5) -> None:
+    def __init__(self, cfg, engine, tokenizer, *, poll_s: float = 0.5, rollout_temperature: float = 1.0) -> None:
         """``engine``: an Engine, or an async factory of one (an engine that belongs to an event
-        loop, like ``SGLangEngine.connect``, is made on the server's loop)."""
+        loop, like ``SGLangEngine.connect``, is made on the server's loop). ``rollout_temperature``:
+        Slime's ``--rollout-temperature``, the one temperature its trainer scores every sample at."""
         from slime_ext.api.prompt import PromptRenderer
         from slime_ext.store import Store
 
@@ -118,6 +157,7 @@ class LiveSource:
         self._error: Exception | None = None
         self._next_index = 0
         self.port = cfg.port
+        self.rollout_temperature = rollout_temperature
 
     # ----------------------------------------------------------------- the server thread
     def start(self, timeout_s: float = 60.0) -> LiveSource:
@@ -178,7 +218,8 @@ class LiveSource:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             method = self.cfg.method if self.cfg.method != "none" else "binary"
-            usable = select_turns(self.store, self.store.trainable_turns(n * 4), method, self.engine.policy_version, n)
+            usable = select_turns(self.store, self.store.trainable_turns(n * 4), method, self.engine.policy_version, n,
+                                  check=self._temperature_mismatch)
             if len(usable) == n:
                 break
             if deadline is not None and time.monotonic() > deadline:
@@ -187,6 +228,17 @@ class LiveSource:
         samples = [self._sample(row) for row in usable]
         self.store.mark_trained([(r["session_id"], r["idx"]) for r in usable], rollout_id + 1)
         return samples
+
+    def _temperature_mismatch(self, row: dict[str, Any]) -> str | None:
+        """Why a turn cannot train on Slime: sampled at a temperature other than ``--rollout-temperature``."""
+        from slime_ext.logprobs import scoring_temperature
+        from slime_ext.trainers.loop import sampled_temperature
+
+        sampled = sampled_temperature(row)
+        if abs(scoring_temperature(sampled) - self.rollout_temperature) <= 1e-6:
+            return None
+        return (f"sampled at temperature {sampled:g}: Slime scores every sample at --rollout-temperature "
+                f"{self.rollout_temperature:g}")
 
     def _sample(self, row: dict[str, Any], score_teacher: bool = True) -> Sample:
         from slime_ext.teacher import teacher_prompt_ids
@@ -264,7 +316,8 @@ class LiveSource:
                         session_id=recorded.session_id,
                         metadata={"session_id": recorded.metadata["session_id"], "turn": recorded.metadata["turn"],
                                   "fresh": True, "teacher_log_probs": teacher, "policy_version": version,
-                                  "policy_version_end": version})
+                                  "policy_version_end": version,
+                                  "temperature": 1.0})  # what its log-probs are under: engine.score's
         sample.index, self._next_index = self._next_index, self._next_index + 1
         sample.status = Sample.Status.COMPLETED if stopped else Sample.Status.TRUNCATED
         sample.response = self.tokenizer.decode(ids, skip_special_tokens=True)
