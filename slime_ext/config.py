@@ -33,7 +33,7 @@ class ServeConfig:
     context_length: int = 0  # 0: the model's own
     max_tokens_cap: int = 1024
     default_max_tokens: int = 512
-    sampling_defaults: str = "openai"  # temperature / top_p of a request naming none: "model" (its generation_config.json) or "openai" (1.0 / 1.0)
+    sampling_defaults: str = "model"  # temperature / top_p of a request naming none: "model" (its generation_config.json) or "openai" (1.0 / 1.0)
     max_body_mb: float = 8.0
     # HTTP hardening (docs/security.md)
     header_timeout_s: float = 10.0  # a request head (line and headers) must arrive within this

@@ -69,7 +69,10 @@ def test_kill_mid_run_then_restart_trains_every_turn_exactly_once(make_server, t
     finishes its step and exits, and the new one waits for it (the run directory's trainer lock).
     """
     run_dir = tmp_path / "crash"
-    args = ["--method", "binary", "--batch-size", "2", "--lora-rank", "4", "--lr", "1e-3", "--max-staleness", "100"]
+    # --no-canary: this test counts turns, and a refused version drops its turns (at lr 1e-3 on answers
+    # sampled at smollm2's 0.2, trained at 0.2, the canary refused one: "EOS rate fell 0.83 -> 0.50")
+    args = ["--method", "binary", "--batch-size", "2", "--lora-rank", "4", "--lr", "1e-3", "--max-staleness", "100",
+            "--no-canary"]
     srv = make_server("smollm2-135m", extra=args, run_dir=run_dir)
     feedback = ["Thanks!", "No, wrong.", "Perfect, thank you.", "That's not what I asked."]
     for i in range(12):

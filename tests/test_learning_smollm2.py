@@ -3,7 +3,9 @@
 Serve -> the user's next message -> heuristic judge -> Binary RL step in the trainer process ->
 checkpoint -> swap. Then the published adapter, loaded independently with peft, must raise the
 log-probs of the positively judged responses and lower those of the negatively judged ones,
-measured against the log-probs recorded when they were sampled (policy version 0 = the base).
+measured against the log-probs recorded when they were sampled (policy version 0 = the base). The
+requests name no temperature, so they are sampled at the model's own defaults (0.2 / 0.9), and
+log-probs are compared at that temperature, the distribution the engine recorded them under.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import urllib.request
 
 import torch
 
-from slime_ext.logprobs import teacher_forced_logprobs
+from slime_ext.logprobs import scoring_temperature, teacher_forced_logprobs
 from slime_ext.models import resolve_model
 
 PROMPTS = [
@@ -58,9 +60,11 @@ def test_lora_cycle_on_smollm2_moves_logprobs_the_way_the_verdicts_say(make_serv
     tuned = PeftModel.from_pretrained(base, str(srv.run_dir / "checkpoints" / "v000001")).eval()
     for t in trained:
         prompt, response = t["prompt_token_ids"], t["response_token_ids"]
+        assert (t["sampling"]["temperature"], t["sampling"]["top_p"]) == (0.2, 0.9)  # the model's defaults
+        temperature = scoring_temperature(t["sampling"]["temperature"])
         with torch.no_grad():
-            new = teacher_forced_logprobs(tuned, prompt + response, len(prompt)).sum().item()
+            new = teacher_forced_logprobs(tuned, prompt + response, len(prompt), temperature).sum().item()
             with tuned.disable_adapter():
-                old = teacher_forced_logprobs(tuned, prompt + response, len(prompt)).sum().item()
+                old = teacher_forced_logprobs(tuned, prompt + response, len(prompt), temperature).sum().item()
         assert abs(old - sum(t["response_logprobs"])) < 1e-2 * len(response)  # recorded under the base
         assert (new - old) * t["verdict"] > 0, (t["verdict"], old, new)

@@ -71,11 +71,11 @@ def test_sampling_defaults_openai_ignores_the_models_values(tmp_path):
         ServeConfig(sampling_defaults="greedy").validated()
 
 
-def test_the_default_setting_is_openais_until_the_trainer_learns_at_the_sampled_temperature():
-    """Recorded log-probs are those of the sampling distribution (logits / T); the trainer's are at
-    T = 1. At smollm2's 0.2 they differ by about 0.5 nats a token (see docs/engine.md), so serving at
-    the model's values by default waits for the trainer to score at each turn's temperature."""
-    assert ServeConfig().sampling_defaults == "openai"
+def test_the_default_setting_is_the_models_own():
+    """The trainer scores each turn at the temperature it was sampled at (tests/test_sampled_temperature.py),
+    so serving at the model's recommended values is the default (vLLM's and SGLang's convention)."""
+    assert ServeConfig().sampling_defaults == "model"
+    assert ServeConfig.from_mapping({}, "test").sampling_defaults == "model"
 
 
 # ---------------------------------------------------------------- the built-in models
@@ -125,7 +125,7 @@ def test_slime_path_reads_the_defaults_of_the_checkpoint_its_tokenizer_came_from
 
 def test_omitted_values_come_from_the_model_and_a_requests_own_win(make_server, tmp_path):
     folder = model_dir_with(tmp_path, {"do_sample": True, "temperature": 0.3, "top_p": 0.8})
-    srv = make_server(str(folder), extra=["--sampling-defaults", "model"])
+    srv = make_server(str(folder))  # the default: --sampling-defaults model
     assert srv.health()["sampling_defaults"]["temperature"] == 0.3
     c = OpenAI(base_url=srv.url, api_key="k", max_retries=0)
     msgs = [{"role": "user", "content": "Hello"}]
