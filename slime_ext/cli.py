@@ -24,6 +24,15 @@ from slime_ext.config import ServeConfig, load_yaml
 
 def _add_serve_args(p: argparse.ArgumentParser) -> None:
     d = ServeConfig()
+    _add_serving_args(p, d)
+    _add_judge_args(p, d)
+    _add_learning_args(p, d)
+    _add_teacher_args(p, d)
+
+
+def _add_serving_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
+    """The model, the engine, the HTTP server and its limits, logging."""
+    p = p.add_argument_group("serving")
     p.add_argument("--config", help="YAML file of settings (the flag names, with - or _); flags override it")
     p.add_argument("--model", help=f"built-in name (smollm2-135m, tiny) or a local HF checkpoint directory [{d.model}]")
     p.add_argument("--host", help=f"address to bind [{d.host}]; 0.0.0.0 exposes it: set --api-key then")
@@ -60,6 +69,14 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
                    help="a Host header name accepted besides loopback ones while bound to loopback, e.g. a reverse "
                         "proxy's (repeatable) [none]")
     p.add_argument("--session-idle-timeout-s", type=float, help=f"close sessions idle this long [{d.session_idle_timeout_s:g}]")
+    p.add_argument("--status-interval-s", type=float,
+                   help=f"seconds between status-line updates (a log line when not on a terminal); 0: off [{d.status_interval_s:g}]")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help=f"[{d.log_level}]")
+
+
+def _add_judge_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
+    """Who judges each turn from its next state."""
+    p = p.add_argument_group("judging")
     p.add_argument("--judge", choices=["heuristic", "self", "openai", "off"],
                    help=f"how next states are judged: a lexical classifier, the served model with its adapter disabled (self), an OpenAI-compatible model, or not at all [{d.judge}]")
     p.add_argument("--judge-url", help="OpenAI-compatible endpoint of the judge model (with --judge openai)")
@@ -68,6 +85,11 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--judge-votes", type=int, help="votes per turn, majority wins [3 for model judges, 1 heuristic]")
     p.add_argument("--judge-timeout-s", type=float, help=f"a vote slower than this abstains [{d.judge_timeout_s:g}]")
     p.add_argument("--judge-concurrency", type=int, help=f"judge calls in flight at once [{d.judge_concurrency}]")
+
+
+def _add_learning_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
+    """The trainer: method, step size, optimizer, staleness, the canary."""
+    p = p.add_argument_group("learning")
     p.add_argument("--method", choices=["combine", "binary", "opd", "none"],
                    help=f"learn from judged turns: combine (verdicts and hints), binary (verdicts: Binary RL), "
                         f"opd (hints: On-Policy Distillation) or none (record only) [{d.method}]")
@@ -75,6 +97,33 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
                    help=f"OPD teacher: the initial model (base) or the current policy, shown the hint [{d.teacher}]")
     p.add_argument("--w-rl", type=float, help=f"Combine: weight of the verdict term [{d.w_rl:g}]")
     p.add_argument("--w-opd", type=float, help=f"Combine / OPD: weight of the teacher term [{d.w_opd:g}]")
+    p.add_argument("--batch-size", type=int, help=f"judged turns per training step [{d.batch_size}]")
+    p.add_argument("--lora-rank", type=int, help=f"LoRA rank; 0 trains full weights [{d.lora_rank}]")
+    p.add_argument("--lr", type=float, help=f"learning rate [{d.lr:g}]")
+    p.add_argument("--max-staleness", type=int, help="take a backlog in steps large enough that no turn is trained more than this many versions after "
+                   f"it was sampled; turns are never dropped for their age [{d.max_staleness}]")
+    p.add_argument("--baseline", choices=["none", "running"],
+                   help=f"advantage baseline: none (advantage = verdict) or running (minus an EMA of earlier verdicts) [{d.baseline}]")
+    p.add_argument("--keep-checkpoints", type=int,
+                   help=f"newest versions kept with weights and optimizer state; older ones keep only their "
+                        f"trainer_state.json; 0: keep all [{d.keep_checkpoints}]")
+    p.add_argument("--canary", action=argparse.BooleanOptionalAction,
+                   help=f"probe each trained version on a held-out canary set before it is served and keep the "
+                        f"previous one if it regresses (docs/learning.md, 'Never worse') [{'on' if d.canary else 'off'}]")
+    p.add_argument("--canary-max-nll-rise", type=float,
+                   help=f"refuse a version whose reference-answer NLL rose more than this (nats/token) [{d.canary_max_nll_rise:g}]")
+    p.add_argument("--canary-min-distinct-ratio", type=float,
+                   help=f"refuse a version whose distinct-2 fell below this x the served one's [{d.canary_min_distinct_ratio:g}]")
+    p.add_argument("--canary-max-eos-drop", type=float,
+                   help=f"refuse a version whose fraction of generations that stop fell by more than this [{d.canary_max_eos_drop:g}]")
+    p.add_argument("--canary-max-length-ratio", type=float,
+                   help=f"refuse a version whose mean generated length grew past this x the served one's [{d.canary_max_length_ratio:g}]")
+    p.add_argument("--kl-coef", type=float, help=f"weight of the KL penalty to the initial policy; 0: off [{d.kl_coef:g}]")
+
+
+def _add_teacher_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
+    """The teacher term, fresh sample groups, context distillation, the teacher check."""
+    p = p.add_argument_group("distillation and groups")
     p.add_argument("--distill", choices=["token", "topk", "forward_kl", "jsd"],
                    help=f"OPD signal: token (teacher - rollout log-prob as the advantage), or at every position over "
                         f"the teacher's top-k tokens plus a tail bin: topk (reverse KL), forward_kl, or jsd "
@@ -114,31 +163,6 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topk-support", choices=["teacher", "student"],
                    help=f"--distill topk over the teacher's top-k tokens or the student's [{d.topk_support}]")
     p.add_argument("--opd-clip", type=float, help=f"bound on the per-token teacher - rollout log-prob gap [{d.opd_clip:g}]")
-    p.add_argument("--batch-size", type=int, help=f"judged turns per training step [{d.batch_size}]")
-    p.add_argument("--lora-rank", type=int, help=f"LoRA rank; 0 trains full weights [{d.lora_rank}]")
-    p.add_argument("--lr", type=float, help=f"learning rate [{d.lr:g}]")
-    p.add_argument("--max-staleness", type=int, help="take a backlog in steps large enough that no turn is trained more than this many versions after "
-                   f"it was sampled; turns are never dropped for their age [{d.max_staleness}]")
-    p.add_argument("--baseline", choices=["none", "running"],
-                   help=f"advantage baseline: none (advantage = verdict) or running (minus an EMA of earlier verdicts) [{d.baseline}]")
-    p.add_argument("--keep-checkpoints", type=int,
-                   help=f"newest versions kept with weights and optimizer state; older ones keep only their "
-                        f"trainer_state.json; 0: keep all [{d.keep_checkpoints}]")
-    p.add_argument("--canary", action=argparse.BooleanOptionalAction,
-                   help=f"probe each trained version on a held-out canary set before it is served and keep the "
-                        f"previous one if it regresses (docs/learning.md, 'Never worse') [{'on' if d.canary else 'off'}]")
-    p.add_argument("--canary-max-nll-rise", type=float,
-                   help=f"refuse a version whose reference-answer NLL rose more than this (nats/token) [{d.canary_max_nll_rise:g}]")
-    p.add_argument("--canary-min-distinct-ratio", type=float,
-                   help=f"refuse a version whose distinct-2 fell below this x the served one's [{d.canary_min_distinct_ratio:g}]")
-    p.add_argument("--canary-max-eos-drop", type=float,
-                   help=f"refuse a version whose fraction of generations that stop fell by more than this [{d.canary_max_eos_drop:g}]")
-    p.add_argument("--canary-max-length-ratio", type=float,
-                   help=f"refuse a version whose mean generated length grew past this x the served one's [{d.canary_max_length_ratio:g}]")
-    p.add_argument("--kl-coef", type=float, help=f"weight of the KL penalty to the initial policy; 0: off [{d.kl_coef:g}]")
-    p.add_argument("--status-interval-s", type=float,
-                   help=f"seconds between status-line updates (a log line when not on a terminal); 0: off [{d.status_interval_s:g}]")
-    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help=f"[{d.log_level}]")
 
 
 def serve_config(args: argparse.Namespace) -> ServeConfig:

@@ -28,8 +28,16 @@ from aiohttp.web_protocol import RequestPayloadError
 from slime_ext.api.errors import ApiError
 from slime_ext.api.guard import ConnectionGuard
 from slime_ext.api.metrics import Metrics
-from slime_ext.api.policy import (check_content_type, check_host, check_origin, decode_body, host_name, is_loopback,
-                                  normalize_origin, request_user)
+from slime_ext.api.policy import (
+    check_content_type,
+    check_host,
+    check_origin,
+    decode_body,
+    host_name,
+    is_loopback,
+    normalize_origin,
+    request_user,
+)
 from slime_ext.api.prompt import PromptRenderer, stop_token_ids
 from slime_ext.api.reply import ReplyParser
 from slime_ext.api.schemas import ChatRequest, parse_chat_request
