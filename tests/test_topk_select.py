@@ -1,0 +1,122 @@
+"""``algorithms/topk_select.py``: overlap, the three selection rules, the supports, the clipped
+student-softmax-weighted advantage and the PPO-clipped loss summed over S_t, on hand-made tensors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from slime_ext.algorithms.topk_select import (
+    gather_candidate,
+    overlap_counts,
+    select_advantages,
+    select_candidates,
+    select_per_token,
+    support_ids,
+    topk_select_loss,
+)
+
+STUDENT = torch.tensor([[0, 1], [2, 3], [4, 5]])  # [T=3, K=2]
+TEACHERS = torch.tensor([[[0, 1], [7, 8], [7, 8]],   # candidate 0: overlaps 2, 0, 0 (sum 2)
+                         [[1, 9], [3, 2], [5, 9]]])  # candidate 1: overlaps 1, 2, 1 (sum 4)
+
+
+def test_overlap_counts_by_hand():
+    assert overlap_counts(STUDENT, TEACHERS).tolist() == [[2, 0, 0], [1, 2, 1]]
+
+
+def test_overlap_counts_rejects_shapes():
+    with pytest.raises(ValueError, match="teacher ids"):
+        overlap_counts(STUDENT, TEACHERS[0])
+
+
+def test_selection_rules():
+    o = overlap_counts(STUDENT, TEACHERS)
+    assert select_candidates(o, "shortest").tolist() == [0, 0, 0]
+    assert select_candidates(o, "sequence_optimal").tolist() == [1, 1, 1]
+    assert select_candidates(o, "token_optimal").tolist() == [0, 1, 1]
+    # only trained positions count: position 0 alone favours candidate 0
+    assert select_candidates(o, "sequence_optimal", torch.tensor([1, 0, 0])).tolist() == [0, 0, 0]
+
+
+def test_selection_ties_go_to_the_earlier_candidate():
+    tie = torch.tensor([[1, 2], [1, 2], [1, 0]])
+    assert select_candidates(tie, "token_optimal").tolist() == [0, 0]
+    assert select_candidates(tie, "sequence_optimal").tolist() == [0, 0]
+    with pytest.raises(ValueError, match="selection rule"):
+        select_candidates(tie, "longest")
+
+
+def test_gather_candidate():
+    choice = torch.tensor([0, 1, 1])
+    assert gather_candidate(TEACHERS, choice).tolist() == [[0, 1], [3, 2], [5, 9]]
+
+
+def test_supports():
+    teacher = torch.tensor([[1, 9], [3, 2]])
+    student = STUDENT[:2]
+    ids, m = support_ids(student, teacher, "student")
+    assert ids.tolist() == student.tolist() and m.all()
+    ids, m = support_ids(student, teacher, "teacher")
+    assert ids.tolist() == teacher.tolist() and m.all()
+    ids, m = support_ids(student, teacher, "overlap")
+    assert ids.tolist() == student.tolist() and m.tolist() == [[False, True], [True, True]]
+    with pytest.raises(ValueError, match="support"):
+        support_ids(student, teacher, "union")
+
+
+def test_advantage_is_clipped_difference_times_student_softmax():
+    old = torch.log(torch.tensor([[0.3, 0.1]]))  # softmax over S: 0.75, 0.25
+    teacher = torch.log(torch.tensor([[0.6, 0.001]]))  # differences log 2 = 0.693, log 0.01 = -4.6
+    adv = select_advantages(old, teacher, torch.tensor([[True, True]]), clip=1.0)
+    assert adv[0, 0].item() == pytest.approx(0.75 * math.log(2), abs=1e-6)
+    assert adv[0, 1].item() == pytest.approx(0.25 * -1.0, abs=1e-6)  # clipped at -1
+    unclipped = select_advantages(old, teacher, torch.tensor([[True, True]]), clip=None)
+    assert unclipped[0, 1].item() == pytest.approx(0.25 * math.log(0.01), abs=1e-5)
+    # a support of one id: its weight is 1; off the support: 0; an empty support: all 0
+    one = select_advantages(old, teacher, torch.tensor([[False, True]]), clip=1.0)
+    assert one.tolist()[0] == pytest.approx([0.0, -1.0])
+    none = select_advantages(old, teacher, torch.tensor([[False, False]]), clip=1.0)
+    assert none.tolist() == [[0.0, 0.0]]
+
+
+def test_per_token_loss_is_ppo_clipped_and_summed_over_the_support():
+    old = torch.log(torch.tensor([0.5, 0.2]))
+    adv = torch.tensor([0.4, -0.2])
+    cur = old + torch.log(torch.tensor([2.0, 1.0]))  # ratios 2 (clipped to 1.28 for A > 0) and 1
+    loss, frac = select_per_token(cur, old, adv, torch.tensor([True, True]))
+    assert loss.item() == pytest.approx(-0.4 * 1.28 + 0.2 * 1.0, abs=1e-6)
+    assert frac.item() == pytest.approx(0.5)
+    only_first, _ = select_per_token(cur, old, adv, torch.tensor([True, False]))
+    assert only_first.item() == pytest.approx(-0.4 * 1.28, abs=1e-6)
+
+
+def test_loss_gradient_raises_the_token_the_teacher_prefers():
+    torch.manual_seed(0)
+    logits = torch.randn(1, 2, 6, requires_grad=True)
+    ids = torch.tensor([[[0, 1], [2, 3]]])
+    lp = torch.log_softmax(logits.detach(), -1).gather(-1, ids)
+    teacher = lp + torch.tensor([0.5, -0.5])  # the teacher likes id 0 / 2 more, id 1 / 3 less
+    loss, metrics = topk_select_loss(logits, ids, torch.ones(1, 2, 2, dtype=torch.bool), teacher, torch.ones(1, 2))
+    assert loss.item() == pytest.approx(-(torch.softmax(lp, -1) * torch.tensor([0.5, -0.5])).sum(-1).mean().item(),
+                                        abs=1e-6)  # ratio 1: the loss is -sum_v A_v
+    loss.backward()
+    g = logits.grad[0]
+    assert g[0, 0] < 0 and g[0, 1] > 0 and g[1, 2] < 0 and g[1, 3] > 0  # descent raises 0 / 2, lowers 1 / 3
+    assert metrics["topk_select_support_size"].item() == pytest.approx(2.0)
+
+
+def test_loss_ignores_masked_positions_and_empty_supports():
+    logits = torch.randn(1, 2, 5, requires_grad=True)
+    ids = torch.tensor([[[0, 1], [2, 3]]])
+    teacher = torch.full((1, 2, 2), float("nan"))  # padding: must not leak
+    support = torch.tensor([[[True, True], [False, False]]])
+    teacher[0, 0] = torch.log_softmax(logits.detach()[0, 0], -1)[:2] + 1.0
+    loss, _ = topk_select_loss(logits, ids, support, teacher, torch.tensor([[1.0, 1.0]]))
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logits.grad).all()
+    assert logits.grad[0, 1].abs().sum().item() == 0.0
+    masked, _ = topk_select_loss(logits, ids, support, teacher, torch.zeros(1, 2))
+    assert masked.item() == 0.0
