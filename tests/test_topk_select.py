@@ -9,11 +9,13 @@ import pytest
 import torch
 
 from slime_ext.algorithms.topk_select import (
+    SelectedSupport,
     gather_candidate,
     overlap_counts,
     select_advantages,
     select_candidates,
     select_per_token,
+    select_support,
     support_ids,
     topk_select_loss,
 )
@@ -93,15 +95,20 @@ def test_per_token_loss_is_ppo_clipped_and_summed_over_the_support():
     assert only_first.item() == pytest.approx(-0.4 * 1.28, abs=1e-6)
 
 
+def _support(ids, in_support, old, teacher, clip=1.0):
+    return SelectedSupport(ids, in_support, select_advantages(old, teacher, in_support, clip), old)
+
+
 def test_loss_gradient_raises_the_token_the_teacher_prefers():
     torch.manual_seed(0)
     logits = torch.randn(1, 2, 6, requires_grad=True)
     ids = torch.tensor([[[0, 1], [2, 3]]])
     lp = torch.log_softmax(logits.detach(), -1).gather(-1, ids)
     teacher = lp + torch.tensor([0.5, -0.5])  # the teacher likes id 0 / 2 more, id 1 / 3 less
-    loss, metrics = topk_select_loss(logits, ids, torch.ones(1, 2, 2, dtype=torch.bool), teacher, torch.ones(1, 2))
-    assert loss.item() == pytest.approx(-(torch.softmax(lp, -1) * torch.tensor([0.5, -0.5])).sum(-1).mean().item(),
-                                        abs=1e-6)  # ratio 1: the loss is -sum_v A_v
+    support = _support(ids, torch.ones(1, 2, 2, dtype=torch.bool), lp, teacher)
+    loss, metrics = topk_select_loss(logits, support, torch.ones(1, 2))
+    expected = -(torch.softmax(lp, -1) * torch.tensor([0.5, -0.5])).sum(-1).mean()  # ratio 1: -sum_v A_v
+    assert loss.item() == pytest.approx(expected.item(), abs=1e-6)
     loss.backward()
     g = logits.grad[0]
     assert g[0, 0] < 0 and g[0, 1] > 0 and g[1, 2] < 0 and g[1, 3] > 0  # descent raises 0 / 2, lowers 1 / 3
@@ -111,12 +118,39 @@ def test_loss_gradient_raises_the_token_the_teacher_prefers():
 def test_loss_ignores_masked_positions_and_empty_supports():
     logits = torch.randn(1, 2, 5, requires_grad=True)
     ids = torch.tensor([[[0, 1], [2, 3]]])
-    teacher = torch.full((1, 2, 2), float("nan"))  # padding: must not leak
-    support = torch.tensor([[[True, True], [False, False]]])
-    teacher[0, 0] = torch.log_softmax(logits.detach()[0, 0], -1)[:2] + 1.0
-    loss, _ = topk_select_loss(logits, ids, support, teacher, torch.tensor([[1.0, 1.0]]))
+    nan = torch.full((1, 2, 2), float("nan"))  # padding: must not leak
+    in_support = torch.tensor([[[True, True], [False, False]]])
+    old = nan.clone()
+    old[0, 0] = torch.log_softmax(logits.detach()[0, 0], -1)[:2]
+    adv = nan.clone()
+    adv[0, 0] = torch.tensor([0.3, -0.1])
+    loss, _ = topk_select_loss(logits, SelectedSupport(ids, in_support, adv, old), torch.tensor([[1.0, 1.0]]))
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(logits.grad).all()
     assert logits.grad[0, 1].abs().sum().item() == 0.0
-    masked, _ = topk_select_loss(logits, ids, support, teacher, torch.zeros(1, 2))
+    masked, _ = topk_select_loss(logits, SelectedSupport(ids, in_support, adv, old), torch.zeros(1, 2))
     assert masked.item() == 0.0
+
+
+def _lp(rows):
+    return torch.log(torch.tensor(rows))
+
+
+def test_select_support_picks_the_overlapping_candidate_and_fixes_the_advantages():
+    student = _lp([[0.5, 0.3, 0.1, 0.1], [0.1, 0.1, 0.4, 0.4]])  # top-2: {0, 1}, {2, 3}
+    far = _lp([[0.1, 0.1, 0.4, 0.4], [0.4, 0.4, 0.1, 0.1]])  # top-2: {2, 3}, {0, 1}: overlap 0, 0
+    near = _lp([[0.6, 0.1, 0.2, 0.1], [0.1, 0.1, 0.2, 0.6]])  # top-2: {0, 2}, {3, 2}: overlap 1, 2
+    out = select_support(student, torch.stack([far, near]), 2, "sequence_optimal", "student", clip=1.0)
+    assert out.overlap.tolist() == [[0, 0], [1, 2]]
+    assert out.choice.tolist() == [1, 1]
+    s = out.support
+    assert s.ids.tolist() == [[0, 1], [2, 3]] and s.in_support.all()
+    # position 0: weights softmax(log 0.5, log 0.3) = 0.625, 0.375; differences log(0.6/0.5), log(0.1/0.3) -> -1 (clip)
+    assert s.advantages[0].tolist() == pytest.approx([0.625 * math.log(1.2), 0.375 * -1.0], abs=1e-6)
+    assert s.old_logprobs[0].tolist() == pytest.approx([math.log(0.5), math.log(0.3)], abs=1e-6)
+    shortest = select_support(student, torch.stack([far, near]), 2, "shortest", "teacher")
+    assert shortest.choice.tolist() == [0, 0] and shortest.support.ids[0].tolist() == [2, 3]
+    overlap = select_support(student, torch.stack([far, near]), 2, "token_optimal", "overlap")
+    assert overlap.support.in_support.tolist() == [[True, False], [True, True]]  # {0,1}assert overlap.support.in_support.tolist() == [[True, False], [False, True]]{0,2}; {2,3}&{3,2}
+    with pytest.raises(ValueError, match="k must be"):
+        select_support(student, torch.stack([far]), 5, "shortest", "student")

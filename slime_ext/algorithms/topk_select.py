@@ -23,14 +23,17 @@ response position ``t`` of the recorded response:
   ``S_t`` with the global ratio ``rho_v = pi_theta(v) / pi_old(v)``, **summed** over ``S_t``:
   ``sum_v max(-A_v rho_v, -A_v clip(rho_v, 1 - eps_low, 1 + eps_high))``.
 
-``topk_select_loss`` reduces it like ``policy_loss`` (the mean over each sample's trained
-positions with a non-empty ``S_t``, then over samples); the trainer adds ``w_opd`` times it to
-``w_rl`` times the GRPO loss. Nothing here reads settings.
+``select_support`` does all of it for one response from full log-probs (pi_old's and each
+candidate teacher's) and keeps only ``[T, K]`` tensors (``SelectedSupport``: the advantages are
+fixed there, as they are detached); ``topk_select_loss`` is the loss from those and the current
+logits, reduced like ``policy_loss`` (the mean over each sample's trained positions with a
+non-empty ``S_t``, then over samples); the trainer adds ``w_opd`` times it to ``w_rl`` times the
+GRPO loss. Nothing here reads settings.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 
@@ -127,31 +130,67 @@ def select_per_token(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advanta
     return per_v.sum(-1), frac
 
 
-def topk_select_loss(student_logits: torch.Tensor, ids: torch.Tensor, in_support: torch.Tensor,
-                     teacher_logprobs: torch.Tensor, mask: torch.Tensor, *, old_logprobs: torch.Tensor | None = None,
-                     clip: float | None = 1.0, eps_low: float = 0.2, eps_high: float = 0.28) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """``(scalar loss, metrics)`` of the top-K OPD term from student logits ``[B, T, V]``.
+class SelectedSupport(NamedTuple):
+    """One response's support and what the loss needs there, all ``[T, K]`` (detached): the ids of
+    ``S_t`` (padded with distinct ids), ``in_support`` (bool), the advantages (``select_advantages``)
+    and pi_old's global log-probs at the ids."""
 
-    ``ids``/``in_support``/``teacher_logprobs`` ``[B, T, K]``: the support (padded with distinct ids
-    and False), and the chosen teacher's global log-probs there. ``mask [B, T]``: trained positions.
-    ``old_logprobs [B, T, K]``: pi_old at ``ids``; None takes the current policy's, detached (one
-    optimizer step per batch: the policy before the step *is* pi_old, so the ratio is 1 by value).
-    Reduced like ``policy_loss`` over positions with a non-empty ``S_t``."""
+    ids: torch.Tensor
+    in_support: torch.Tensor
+    advantages: torch.Tensor
+    old_logprobs: torch.Tensor
+
+
+class Selection(NamedTuple):
+    """``select_support``'s result: the support, ``k*(t)`` ``[T]`` and the overlap ``O [H, T]``."""
+
+    support: SelectedSupport
+    choice: torch.Tensor
+    overlap: torch.Tensor
+
+
+def select_support(student_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor, k: int, rule: SelectRule,
+                   support: Support, clip: float | None = 1.0, mask: torch.Tensor | None = None) -> Selection:
+    """The whole per-response choice from full log-probs: pi_old ``[T, V]`` and each candidate
+    teacher's ``[H, T, V]`` (at the same positions): top-K of each, the overlap, ``k*`` by ``rule``,
+    the support, and the advantages with the log-prob-difference ``clip``."""
+    if teacher_logprobs.dim() != 3 or teacher_logprobs.shape[1:] != student_logprobs.shape:
+        raise ValueError(f"expected student log-probs [T, V] and teacher log-probs [H, T, V]; got "
+                         f"{tuple(student_logprobs.shape)} and {tuple(teacher_logprobs.shape)}")
+    if not 1 <= k <= student_logprobs.shape[-1]:
+        raise ValueError(f"k must be in [1, V = {student_logprobs.shape[-1]}]; got {k}")
+    with torch.no_grad():
+        student_ids = student_logprobs.topk(k, dim=-1).indices  # [T, K]
+        teacher_ids = teacher_logprobs.topk(k, dim=-1).indices  # [H, T, K]
+        overlap = overlap_counts(student_ids, teacher_ids)
+        choice = select_candidates(overlap, rule, mask)
+        chosen = gather_candidate(teacher_logprobs, choice)  # [T, V]: the chosen teacher at each position
+        ids, in_support = support_ids(student_ids, gather_candidate(teacher_ids, choice), support)
+        old = student_logprobs.gather(-1, ids).float()
+        adv = select_advantages(old, chosen.gather(-1, ids), in_support, clip)
+    return Selection(SelectedSupport(ids, in_support, adv, old), choice, overlap)
+
+
+def topk_select_loss(student_logits: torch.Tensor, support: SelectedSupport, mask: torch.Tensor, *,
+                     eps_low: float = 0.2, eps_high: float = 0.28) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """``(scalar loss, metrics)`` of the top-K OPD term from student logits ``[B, T, V]`` and the
+    batch's ``SelectedSupport`` ``[B, T, K]`` (padding: distinct ids, ``in_support`` False).
+    ``mask [B, T]``: trained positions. Reduced like ``policy_loss`` over positions with a non-empty
+    ``S_t``. The current global log-probs at the ids carry the gradient (``gather_log_softmax``)."""
+    ids = support.ids
     if student_logits.dim() != 3 or ids.shape[:2] != student_logits.shape[:2] or mask.shape != ids.shape[:2]:
-        raise ValueError(f"expected logits [B, T, V], ids [B, T, K], mask [B, T]; got {tuple(student_logits.shape)}, "
-                         f"{tuple(ids.shape)}, {tuple(mask.shape)}")
+        raise ValueError(f"expected logits [B, T, V], support [B, T, K], mask [B, T]; got "
+                         f"{tuple(student_logits.shape)}, {tuple(ids.shape)}, {tuple(mask.shape)}")
     logprobs = gather_log_softmax(student_logits, ids)
-    old = logprobs.detach() if old_logprobs is None else old_logprobs.to(logprobs.dtype)
-    support = in_support.bool() & mask.bool()[..., None]
-    teacher = torch.where(support, teacher_logprobs.to(logprobs.dtype), old)  # padding cannot leak (NaN-safe)
-    adv = select_advantages(old, teacher, support, clip)
-    per_token, frac = select_per_token(logprobs, old, adv, support, eps_low, eps_high)
-    trained = support.any(-1).float()
+    in_s = support.in_support.bool() & mask.bool()[..., None]
+    old = torch.where(in_s, support.old_logprobs.to(logprobs.dtype), logprobs.detach())  # padding cannot leak
+    adv = torch.where(in_s, support.advantages.to(logprobs.dtype), torch.zeros_like(logprobs))
+    per_token, frac = select_per_token(logprobs, old, adv, in_s, eps_low, eps_high)
+    trained = in_s.any(-1).float()
     loss = masked_sample_mean(per_token, trained)
     with torch.no_grad():
-        diff = (teacher - old).abs() * torch.softmax(old.masked_fill(~support, float("-inf")), -1).nan_to_num(0.0)
         metrics = {"topk_select_loss": loss.detach(),
                    "topk_select_clip_fraction": masked_sample_mean(frac, trained),
-                   "topk_select_support_size": masked_sample_mean(support.sum(-1).float(), mask.float()),
-                   "topk_select_abs_diff": masked_sample_mean(diff.sum(-1), trained)}
+                   "topk_select_support_size": masked_sample_mean(in_s.sum(-1).float(), mask.float()),
+                   "topk_select_abs_advantage": masked_sample_mean(adv.abs().sum(-1), trained)}
     return loss, metrics
