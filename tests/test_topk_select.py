@@ -151,6 +151,6 @@ def test_select_support_picks_the_overlapping_candidate_and_fixes_the_advantages
     shortest = select_support(student, torch.stack([far, near]), 2, "shortest", "teacher")
     assert shortest.choice.tolist() == [0, 0] and shortest.support.ids[0].tolist() == [2, 3]
     overlap = select_support(student, torch.stack([far, near]), 2, "token_optimal", "overlap")
-    assert overlap.support.in_support.tolist() == [[True, False], [True, True]]  # {0,1}assert overlap.support.in_support.tolist() == [[True, False], [False, True]]{0,2}; {2,3}&{3,2}
+    assert overlap.support.in_support.tolist() == [[True, False], [True, True]]  # {0, 1} & {0, 2}; {2, 3} & {3, 2}
     with pytest.raises(ValueError, match="k must be"):
         select_support(student, torch.stack([far]), 5, "shortest", "student")
