@@ -124,10 +124,17 @@ def _add_learning_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
 def _add_teacher_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
     """The teacher term, fresh sample groups, context distillation, the teacher check."""
     p = p.add_argument_group("distillation and groups")
-    p.add_argument("--distill", choices=["token", "topk", "forward_kl", "jsd"],
+    p.add_argument("--distill", choices=["token", "topk", "forward_kl", "jsd", "topk_select"],
                    help=f"OPD signal: token (teacher - rollout log-prob as the advantage), or at every position over "
                         f"the teacher's top-k tokens plus a tail bin: topk (reverse KL), forward_kl, or jsd "
-                        f"(JSD(--jsd-beta)) [{d.distill}]")
+                        f"(JSD(--jsd-beta)); or topk_select, upstream's recipe: --hint-m candidate teachers chosen "
+                        f"by top-k overlap, PPO-clipped top-k OPD with --opd-clip as its clip [{d.distill}]")
+    p.add_argument("--hint-m", type=int,
+                   help=f"--distill topk_select: candidate hints per turn from the hint judge's votes (the heuristic "
+                        f"casts one vote: one candidate) [{d.hint_m}]")
+    p.add_argument("--topk-select-rule", choices=["shortest", "token_optimal", "sequence_optimal"],
+                   help=f"--distill topk_select: the candidate that teaches: the shortest, the best top-k overlap per "
+                        f"position, or over the response [{d.topk_select_rule}]")
     p.add_argument("--jsd-beta", type=float, help=f"--distill jsd: 0 is forward KL, 1 reverse KL [{d.jsd_beta:g}]")
     p.add_argument("--group-size", type=int,
                    help=f"samples per hinted turn: the recorded response plus this minus 1 fresh samples of the "
@@ -160,8 +167,9 @@ def _add_teacher_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
                    help=f"a hint the teacher does not follow: train it anyway (shown in records, /healthz, "
                         f"/metrics) or skip (no teacher term; Binary RL still uses the verdict) [{d.unfollowed_hints}]")
     p.add_argument("--topk", type=int, help=f"k of --distill topk [{d.topk}]")
-    p.add_argument("--topk-support", choices=["teacher", "student"],
-                   help=f"--distill topk over the teacher's top-k tokens or the student's [{d.topk_support}]")
+    p.add_argument("--topk-support", choices=["teacher", "student", "overlap"],
+                   help=f"--distill topk over the teacher's top-k tokens or the student's (topk_select: or their "
+                        f"overlap) [{d.topk_support}]")
     p.add_argument("--opd-clip", type=float, help=f"bound on the per-token teacher - rollout log-prob gap [{d.opd_clip:g}]")
 
 

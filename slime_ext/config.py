@@ -75,7 +75,10 @@ class ServeConfig:
     # bin: "topk" (reverse KL), "forward_kl" or "jsd" (JSD(jsd_beta)); see docs/learning.md
     distill: str = "token"
     topk: int = 16
-    topk_support: str = "teacher"  # the teacher's top-k, or the student's
+    topk_support: str = "teacher"  # the teacher's top-k, or the student's (topk_select: or their overlap)
+    # distill "topk_select" (upstream's recipe; docs/learning.md): candidate hints per turn, and how one is chosen
+    hint_m: int = 1
+    topk_select_rule: str = "sequence_optimal"
     # the canary (trainers/canary.py): a new version that regresses on it is not served
     canary: bool = _CANARY.enabled
     canary_max_nll_rise: float = _CANARY.max_nll_rise  # nats/token of the reference answers
@@ -106,6 +109,7 @@ class ServeConfig:
         return TrainerConfig(method=self.method, batch_size=self.batch_size, lr=self.lr, lora_rank=self.lora_rank,
                              teacher=self.teacher, w_rl=self.w_rl, w_opd=self.w_opd, opd_clip=self.opd_clip,
                              distill=self.distill, topk=self.topk, topk_support=self.topk_support,
+                             hint_m=self.hint_m, topk_select_rule=self.topk_select_rule,
                              jsd_beta=self.jsd_beta, group_size=self.group_size,
                              group_temperature=self.group_temperature, group_max_new_tokens=self.group_max_new_tokens,
                              group_estimator=self.group_estimator, implicit_reward_scale=self.implicit_reward_scale,
@@ -150,8 +154,8 @@ class ServeConfig:
 
         if self.sampling_defaults not in CHOICES:
             raise ValueError(f"sampling_defaults {self.sampling_defaults!r}: expected {' or '.join(CHOICES)}")
-        if self.topk_support not in ("teacher", "student"):
-            raise ValueError(f"topk_support {self.topk_support!r}: expected teacher or student")
+        if self.topk_support not in ("teacher", "student", "overlap"):
+            raise ValueError(f"topk_support {self.topk_support!r}: expected teacher, student or overlap")
         if self.topk < 1:
             raise ValueError(f"topk must be >= 1, got {self.topk}")
         self.trainer_config().validate()  # distill, jsd_beta and the group settings, named

@@ -33,6 +33,14 @@ Choosing among the m votes (``select_hint``):
    consensus hint carries what the votes agree on; among equals the shortest says it with the
    least extra.
 
+Candidates (``candidate_hints``, for ``--distill topk_select`` with ``--hint-m`` m > 1): the
+accepted hint and the other distinct usable hints of the same votes, at most m, shortest first
+(ties: the accepted hint, then vote order), so candidate 0 is the shortest (upstream's
+``shortest`` rule). Only a turn with an accepted hint has candidates: the majority rule still decides whether there is hindsight.
+The heuristic judge casts one vote, so it gives one candidate; m > 1 needs a judge with several
+votes (``--judge-votes``), each of which may phrase the hint differently. Candidates are read back
+from the stored hint votes (``Store.hint_vote_texts``), so nothing else is stored for them.
+
 ``HintJudge`` runs the votes through any backend with ``Judge``'s machinery (``VoteRunner``: one
 concurrency bound, per-vote timeout, failures abstain, never raises); the heuristic answers
 through ``HeuristicHintBackend`` (``heuristic.heuristic_hint``). ``HintJudge.from_judge`` makes
@@ -114,6 +122,27 @@ def select_hint(hints: Sequence[str | None], votes: int) -> str | None:
         return sum(_jaccard(words[i], words[j]) for j in range(len(given)) if j != i) / (len(given) - 1)
 
     return given[max(range(len(given)), key=lambda i: (agreement(i), -len(given[i]), -i))]
+
+
+def candidate_hints(accepted: str | None, hints: Sequence[str | None], m: int) -> list[str]:
+    """Up to ``m`` distinct candidate hints of one turn (see the module docstring): ``accepted``
+    always among them, shortest first. ``hints``: each vote's ``parse_hint``. Pure."""
+    if m < 1:
+        raise ValueError(f"hint_m must be >= 1; got {m}")
+    if accepted is None or not accepted.strip():
+        return []
+    seen, others = {_key(accepted)}, []
+    for h in hints:
+        if h is not None and h.strip() and _key(h) not in seen:
+            seen.add(_key(h))
+            others.append(h.strip())
+    chosen = [accepted.strip()] + sorted(others, key=len)[: m - 1]
+    return sorted(chosen, key=len)  # stable: among equal lengths the accepted hint, then vote order
+
+
+def _key(hint: str) -> str:
+    """Two hints that differ only in case, spacing or end punctuation are one candidate."""
+    return " ".join(hint.lower().split()).strip(" .!;:")
 
 
 @dataclass

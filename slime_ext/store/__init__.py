@@ -337,6 +337,13 @@ class Store:
                   "tools", "tool_choice", "sampling")  # JSON columns
         return [dict(r) | {k: json.loads(r[k]) if r[k] is not None else None for k in decode} for r in rows]
 
+    def hint_vote_texts(self, session_id: str, idx: int) -> list[str]:
+        """The raw texts of one turn's hint votes, in vote order (the candidates of ``--hint-m``)."""
+        with self._lock:
+            rows = self._conn.execute("SELECT text FROM votes WHERE session_id=? AND turn_idx=? AND kind='hint' "
+                                      "ORDER BY vote_idx", (session_id, idx)).fetchall()
+        return [r["text"] for r in rows]
+
     def pending_judgement(self, limit: int = 16) -> list[dict[str, Any]]:
         """Main-line turns that have a next state but no verdict yet, oldest first."""
         with self._lock:

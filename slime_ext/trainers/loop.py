@@ -29,6 +29,8 @@ from slime_ext.algorithms import AdvantageWeights, PolicyLossConfig, RunningBase
 from slime_ext.algorithms.groups import ESTIMATORS
 from slime_ext.algorithms.staleness import catchup_size, staleness_metrics
 from slime_ext.algorithms.topk import teacher_topk
+from slime_ext.algorithms.topk_select import SELECT_RULES, select_support
+from slime_ext.judge.hints import candidate_hints, parse_hint
 from slime_ext.logprobs import scoring_temperature, teacher_forced_logits
 from slime_ext.teacher import teacher_prompt_ids
 from slime_ext.trainers.canary import CanaryConfig, snapshot
@@ -60,10 +62,14 @@ class TrainerConfig:
     opd_clip: float = 5.0  # bound on |teacher - rollout| per token
     teacher: str = "base"  # "base" (frozen initial model) or "policy" (the current policy: self-distillation)
     # "token": the teacher term in the advantage; at every position over the teacher's top-k plus a
-    # tail bin: "topk" (reverse KL), "forward_kl" or "jsd" (JSD(jsd_beta)); see algorithms/divergence.py
+    # tail bin: "topk" (reverse KL), "forward_kl" or "jsd" (JSD(jsd_beta)); see algorithms/divergence.py;
+    # "topk_select": upstream's recipe (algorithms/topk_select.py), opd_clip its log-prob-difference clip
     distill: str = "token"
     topk: int = 16  # k of the top-k distillation
-    topk_support: str = "teacher"  # whose top-k: the teacher's, or the student's (keeps the teacher's full log-probs)
+    # whose top-k: the teacher's, or the student's (keeps the teacher's full log-probs); topk_select: or "overlap"
+    topk_support: str = "teacher"
+    hint_m: int = 1  # topk_select: candidate hints per turn, from the hint judge's votes
+    topk_select_rule: str = "sequence_optimal"  # topk_select: "shortest", "token_optimal" or "sequence_optimal"
     jsd_beta: float = 0.5  # distill jsd: 0 is forward KL, 1 reverse KL
     # groups of fresh on-policy samples per hinted turn (trainers/groups.py); 1: the recorded response alone
     group_size: int = 1
@@ -104,6 +110,7 @@ class TrainerConfig:
         """Raise ValueError naming the setting that cannot work."""
         if self.distill not in DISTILL:
             raise ValueError(f"distill {self.distill!r}: expected one of {', '.join(DISTILL)}")
+        self._validate_topk_select()
         if not 0.0 <= self.jsd_beta <= 1.0:
             raise ValueError(f"jsd_beta must be in [0, 1], got {self.jsd_beta}")
         if self.group_size < 1 or self.group_max_new_tokens < 1 or self.group_temperature < 0:
@@ -119,7 +126,20 @@ class TrainerConfig:
         self.teacher_check.validate()
 
 
-DISTILL = ("token", "topk", "forward_kl", "jsd")
+    def _validate_topk_select(self) -> None:
+        """The settings only ``distill: topk_select`` uses (``hint_m``, ``topk_select_rule``, support ``overlap``)."""
+        if self.topk_select_rule not in SELECT_RULES:
+            raise ValueError(f"topk_select_rule {self.topk_select_rule!r}: expected one of {', '.join(SELECT_RULES)}")
+        if self.hint_m < 1:
+            raise ValueError(f"hint_m must be >= 1; got {self.hint_m}")
+        if self.distill != "topk_select" and (self.hint_m > 1 or self.topk_support == "overlap"):
+            raise ValueError(f"hint_m > 1 and topk_support overlap need distill topk_select (distill is {self.distill})")
+        if self.distill == "topk_select" and self.method == "binary":
+            raise ValueError("distill topk_select needs method opd or combine: it distills hinted teachers, and "
+                             "binary judges no hints")
+
+
+DISTILL = ("token", "topk", "forward_kl", "jsd", "topk_select")
 
 
 def no_signal(method: str, row: dict[str, Any]) -> str | None:
@@ -262,8 +282,8 @@ class OnlineTrainer:
             raise ValueError(f"method {config.method}: the trainer needs a PromptRenderer for the teacher prompts")
         if config.teacher not in ("base", "policy"):
             raise ValueError(f"teacher {config.teacher!r}: expected base or policy")
-        if config.topk_support not in ("teacher", "student"):
-            raise ValueError(f"topk_support {config.topk_support!r}: expected teacher or student")
+        if config.topk_support not in ("teacher", "student", "overlap"):
+            raise ValueError(f"topk_support {config.topk_support!r}: expected teacher, student or overlap")
         _ = config.weights  # validates the method
         config.validate()
         self.store = store
@@ -315,6 +335,9 @@ class OnlineTrainer:
             for r in usable:
                 self.baseline.update(r["verdict"])
         metrics["baseline"] = baseline
+        selected = [r["topk_select"] for r in usable if r.get("topk_select")]
+        if selected:  # distill topk_select: each turn's candidates, overlap sums and positions each taught
+            metrics["topk_select"] = selected
         hinted = [r for r in usable if r.get("teacher_logprobs")]
         if hinted:
             gaps = [t - o for r in hinted for t, o in zip(r["teacher_logprobs"], r["response_logprobs"])]
@@ -388,7 +411,43 @@ class OnlineTrainer:
     def _teach(self, row: dict[str, Any]) -> str | None:
         """Score a hinted row with the teacher (OPD / Combine) before it is taken; why not, or None."""
         if row.get("hint") and self.config.method != "binary":
-            return self.score_with_teacher(row) or self.check_teacher(row)
+            return self.score_with_teacher(row) or self.select_hint(row) or self.check_teacher(row)
+        return None
+
+    def select_hint(self, row: dict[str, Any]) -> str | None:
+        """``distill: topk_select``: score each candidate hint's teacher and pi_old (the policy now) on the
+        recorded response, choose by overlap and fix the support and its advantages
+        (``algorithms/topk_select.py``); the turn's teacher becomes the chosen one. Why not, or None."""
+        if self.config.distill != "topk_select":
+            return None
+        texts = self.store.hint_vote_texts(row["session_id"], row["idx"]) if self.config.hint_m > 1 else []
+        hints = candidate_hints(row["hint"], [parse_hint(t) for t in texts], self.config.hint_m)
+        temperature = scoring_temperature(sampled_temperature(row))
+        response, context = row["response_token_ids"], int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
+        prompts = []
+        for hint in hints:
+            try:
+                prompts.append(teacher_prompt_ids(self.renderer, row["messages"], hint, row.get("tools"),
+                                                  row.get("tool_choice")))
+            except Exception as e:  # a template that cannot render it: not a candidate
+                log.warning("candidate hint %r: teacher prompt could not be rendered: %s", hint, e)
+        prompts = [p for p in prompts if not context or len(p) + len(response) <= context]
+        if not prompts:
+            return "topk_select: no candidate hint's teacher prompt could be rendered within the context"
+        teachers = torch.stack([torch.log_softmax(self._teacher_logits(p + response, len(p), temperature), -1)
+                                for p in prompts])  # [H, r, V]
+        student = torch.log_softmax(teacher_forced_logits(self.model, row["prompt_token_ids"] + response,
+                                                          len(row["prompt_token_ids"]), temperature), -1)
+        cfg = self.config
+        chosen = select_support(student, teachers, cfg.topk, cfg.topk_select_rule, cfg.topk_support, cfg.opd_clip)
+        picked = teachers.gather(0, chosen.choice.view(1, -1, 1).expand(1, *teachers.shape[1:]))[0]
+        row["teacher_logprobs"] = picked.gather(1, torch.tensor(response)[:, None])[:, 0].tolist()
+        row["teacher_topk"] = chosen.support
+        row["teacher_prompt_ids"] = prompts[int(chosen.choice.mode().values)]  # groups and the teacher check
+        row["topk_select"] = {"session_id": row["session_id"], "turn": row["idx"], "candidates": hints[:len(prompts)],
+                              "chosen": torch.bincount(chosen.choice, minlength=len(prompts)).tolist(),
+                              "overlap": chosen.overlap.sum(-1).tolist()}
+        self.store.set_teacher_logprobs(row["session_id"], row["idx"], row["teacher_logprobs"])
         return None
 
     def check_teacher(self, row: dict[str, Any]) -> str | None:
@@ -438,7 +497,7 @@ class OnlineTrainer:
         logits = self._teacher_logits(prompt + response, len(prompt), temperature)  # [r, V]
         logprobs = torch.log_softmax(logits, -1)
         values = logprobs.gather(1, torch.tensor(response)[:, None])[:, 0].tolist()
-        if self.config.distill == "token":
+        if self.config.distill in ("token", "topk_select"):  # topk_select: the turn's own in select_hint
             return values, None
         if self.config.topk_support == "student":
             return values, logprobs  # for this step only

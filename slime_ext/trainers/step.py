@@ -27,6 +27,7 @@ from slime_ext.algorithms import (
 )
 from slime_ext.algorithms.divergence import Divergence, topk_divergence_loss
 from slime_ext.algorithms.topk import gather_log_softmax
+from slime_ext.algorithms.topk_select import SelectedSupport, topk_select_loss
 from slime_ext.logprobs import output_logits, scoring_temperature
 from slime_ext.types import Sample
 
@@ -44,6 +45,7 @@ class Batch:
     teacher_topk: TopK | torch.Tensor | None = None
     topk_mask: torch.Tensor | None = None  # [B, T]: response tokens of samples with a teacher top-k
     temperatures: list[float] | None = None  # each sample's scoring temperature (None: all 1)
+    select: SelectedSupport | None = None  # topk_select: each sample's support [B, T, K] (topk_mask: where)
 
     def temperature(self, i: int) -> float:
         """The temperature sample ``i``'s log-probs are taken at (``scoring_temperature`` of its sampling)."""
@@ -90,7 +92,9 @@ def collate(samples: list[Sample], pad_id: int = 0, baseline: float = 0.0, weigh
                   temperatures=[scoring_temperature((s.metadata or {}).get("temperature")) for s in samples])
     tops = [(i, s.metadata.get("teacher_topk")) for i, s in enumerate(samples)]
     tops = [(i, t) for i, t in tops if t is not None]
-    if tops and isinstance(tops[0][1], torch.Tensor):  # full teacher log-probs [r, V] -> [B, T, V]
+    if tops and isinstance(tops[0][1], SelectedSupport):
+        batch.select, batch.topk_mask = _collate_select(samples, tops, resp_mask)
+    elif tops and isinstance(tops[0][1], torch.Tensor):  # full teacher log-probs [r, V] -> [B, T, V]
         full = torch.zeros(n, t_max, tops[0][1].shape[1])
         batch.topk_mask = torch.zeros(n, t_max)
         for i, t in tops:
@@ -113,6 +117,23 @@ def collate(samples: list[Sample], pad_id: int = 0, baseline: float = 0.0, weigh
             ids[i] = torch.arange(k)
         batch.teacher_topk = TopK(ids, lps)
     return batch
+
+
+def _collate_select(samples: list[Sample], tops: list[tuple[int, SelectedSupport]],
+                    resp_mask: torch.Tensor) -> tuple[SelectedSupport, torch.Tensor]:
+    """Per-sample ``SelectedSupport`` ``[r, K]`` -> padded ``[B, T, K]`` (distinct ids and an empty
+    support on padding and on samples without one), and the mask of positions that have one."""
+    n, t_max = resp_mask.shape
+    k = tops[0][1].ids.shape[1]
+    ids = torch.arange(k).repeat(n, t_max, 1)
+    in_support = torch.zeros(n, t_max, k, dtype=torch.bool)
+    adv, old = torch.zeros(n, t_max, k), torch.zeros(n, t_max, k)
+    where = torch.zeros(n, t_max)
+    for i, top in tops:
+        r = samples[i].response_length
+        ids[i, :r], in_support[i, :r], adv[i, :r], old[i, :r] = top.ids, top.in_support, top.advantages, top.old_logprobs
+        where[i, :r] = resp_mask[i, :r]
+    return SelectedSupport(ids, in_support, adv, old), where
 
 
 def response_logits(model, batch: Batch) -> torch.Tensor:
@@ -166,7 +187,9 @@ def train_step(model, optimizer, samples: list[Sample], config: PolicyLossConfig
     only when ``config.kl_coef`` > 0). Samples with ``metadata["teacher_topk"]`` add ``topk_coef``
     x the top-k ``divergence`` to the teacher at every response position (reverse KL, forward KL
     or JSD(``beta``), ``algorithms/divergence.py``): over the teacher's top-k (ids and log-probs
-    ``[r, k]``), or over the student's top ``topk`` tokens (the teacher's full log-probs ``[r, V]``).
+    ``[r, k]``), or over the student's top ``topk`` tokens (the teacher's full log-probs ``[r, V]``);
+    a ``SelectedSupport`` instead (``--distill topk_select``) adds ``topk_coef`` x ``topk_select_loss``
+    over its support, PPO-clipped with ``config``'s eps (``algorithms/topk_select.py``).
     """
     config = config or PolicyLossConfig()
     model.train()
@@ -179,14 +202,20 @@ def train_step(model, optimizer, samples: list[Sample], config: PolicyLossConfig
         if reference is not None and config.kl_coef:
             with torch.no_grad():
                 ref = reference(batch)
-        if topk_coef and batch.teacher_topk is not None:  # the distillation term needs every position's logits
+        distills = topk_coef and (batch.teacher_topk is not None or batch.select is not None)
+        if distills:  # the distillation term needs every position's logits
             logits = response_logits(model, batch)
             logp = target_logprobs_of(logits, batch)
         else:
             logp = response_logprobs(model, batch)
         loss, metrics = policy_loss(logp, batch.rollout_logprobs, batch.advantages, batch.response_mask, config,
                                     ref_logprobs=ref)
-        if topk_coef and batch.teacher_topk is not None:
+        if topk_coef and batch.select is not None:  # topk_select: w_opd x the top-K OPD term
+            distill, distill_metrics = topk_select_loss(logits, batch.select, batch.topk_mask,
+                                                        eps_low=config.eps_low, eps_high=config.eps_high)
+            loss = loss + topk_coef * distill
+            metrics.update(distill_metrics)
+        elif topk_coef and batch.teacher_topk is not None:
             student_support = isinstance(batch.teacher_topk, torch.Tensor)
             distill, distill_metrics = topk_divergence_loss(
                 logits, batch.teacher_topk, batch.topk_mask, divergence=divergence, beta=beta,

@@ -1,0 +1,115 @@
+"""``--distill topk_select`` in the embedded trainer (tiny model): candidate hints from the hint
+votes, the overlap-guided choice recorded per turn, and the top-K OPD term's gradient."""
+
+import json
+
+import pytest
+import torch
+
+from slime_ext.judge.hints import candidate_hints
+from slime_ext.judge.prompts import HINT_END, HINT_START
+from slime_ext.store import Store
+from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, wrap_lora
+from tests.test_trainer_loop import record
+
+N_TURNS = 2
+LONG = "Always answer in French, please."
+SHORT = "Answer in French."
+
+
+def vote(hint: str) -> tuple[int, str]:
+    return 1, f"{HINT_START}{hint}{HINT_END}\n\\boxed{{1}}"
+
+
+@pytest.fixture
+def hinted(tmp_path):
+    """Two turns judged -1 whose three hint votes give two distinct hints (the longer one accepted)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from slime_ext.api.prompt import PromptRenderer
+    from slime_ext.models import resolve_model
+
+    model_dir = resolve_model("tiny")
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    renderer = PromptRenderer(AutoTokenizer.from_pretrained(model_dir))
+    store = Store(tmp_path / "run")
+    for i in range(N_TURNS):
+        sid = f"t{i}"
+        record(store, base, sid, renderer.render([{"role": "user", "content": f"question {i}"}], []),
+               [500 + i, 600 + i, 700 + i, 2], -1)
+        store.record_verdict(sid, 0, -1, [(-1, "test")], hint=LONG,
+                             hint_votes=[vote(LONG), vote(SHORT), vote(LONG.upper())])
+    with store._lock:  # the synthetic turns need their request messages for the teacher prompt
+        for i in range(N_TURNS):
+            store._conn.execute("UPDATE turns SET messages=? WHERE session_id=?",
+                                (f'[{{"role": "user", "content": "question {i}"}}]', f"t{i}"))
+    return base, store, renderer, tmp_path / "run"
+
+
+def trainer_for(hinted, **overrides):
+    base, store, renderer, run = hinted
+    settings = dict(method="opd", batch_size=N_TURNS, lr=1e-3, lora_rank=8, lora_alpha=16, distill="topk_select",
+                    topk=4, topk_support="student", hint_m=3, opd_clip=1.0)
+    cfg = TrainerConfig(**{**settings, **overrides})
+    return OnlineTrainer(wrap_lora(base, cfg), store, run, cfg, renderer=renderer)
+
+
+def test_a_step_scores_every_candidate_records_the_choice_and_has_gradient(hinted):
+    trainer = trainer_for(hinted)
+    m = trainer.step()
+    assert m["turns"] == N_TURNS and "topk_select_loss" in m
+    assert m["grad_norm"] > 0  # method opd with distill topk_select: the top-K OPD term is the only one
+    for rec in m["topk_select"]:
+        assert rec["candidates"] == [SHORT, LONG]  # distinct (case-insensitive), shortest first
+        assert sum(rec["chosen"]) == 4 and len(rec["overlap"]) == 2  # every response position taught by one
+        assert rec["chosen"][max(range(2), key=lambda h: rec["overlap"][h])] == 4  # sequence_optimal
+    state = json.loads((hinted[3] / "checkpoints" / "v000001" / "trainer_state.json").read_text())
+    assert state["metrics"]["topk_select"][0]["candidates"] == [SHORT, LONG]
+
+
+@pytest.mark.parametrize("overrides, candidates, chosen", [
+    ({"topk_select_rule": "shortest", "topk_support": "overlap"}, [SHORT, LONG], [4, 0]),
+    ({"hint_m": 1, "topk_support": "teacher", "topk_select_rule": "token_optimal"}, [LONG], [4]),
+])
+def test_shortest_takes_candidate_zero_and_hint_m_one_the_accepted_hint(hinted, overrides, candidates, chosen):
+    m = trainer_for(hinted, **overrides).step()
+    assert m["grad_norm"] > 0 and "topk_select_support_size" in m
+    assert all(rec["candidates"] == candidates and rec["chosen"] == chosen for rec in m["topk_select"])
+
+
+def test_candidate_hints_rule():
+    assert candidate_hints(None, ["a hint here"], 3) == []  # no accepted hint: no candidates
+    assert candidate_hints("be brief", ["be brief", "Be brief.", "use bullet points", None, "x y"], 2) == \
+        ["x y", "be brief"]  # the accepted one always in, the shortest others; "Be brief." is "be brief"
+    assert candidate_hints("be brief", ["use bullet points", "x y"], 3) == ["x y", "be brief", "use bullet points"]
+    assert candidate_hints("be brief", ["use bullet points"], 1) == ["be brief"]
+    with pytest.raises(ValueError, match="hint_m"):
+        candidate_hints("be brief", [], 0)
+
+
+@pytest.mark.parametrize("overrides, match", [
+    ({"hint_m": 2}, "need distill topk_select"),
+    ({"distill": "topk", "topk_support": "overlap"}, "need distill topk_select"),
+    ({"distill": "topk_select", "method": "binary"}, "topk_select needs method opd or combine"),
+    ({"distill": "topk_select", "topk_select_rule": "longest"}, "topk_select_rule 'longest'"),
+    ({"distill": "topk_select", "hint_m": 0}, "hint_m must be >= 1"),
+])
+def test_bad_topk_select_settings_are_refused_by_name(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        TrainerConfig(**overrides).validate()
+
+
+def test_serve_flags_map_onto_the_trainer():
+    from slime_ext.cli import build_parser, serve_config
+    from slime_ext.config import ServeConfig
+
+    args = build_parser().parse_args(["serve", "--distill", "topk_select", "--hint-m", "3", "--topk-select-rule",
+                                      "token_optimal", "--topk-support", "overlap", "--topk", "4", "--opd-clip", "1"])
+    t = serve_config(args).trainer_config()
+    assert (t.distill, t.hint_m, t.topk_select_rule, t.topk_support, t.topk, t.opd_clip) == \
+        ("topk_select", 3, "token_optimal", "overlap", 4, 1.0)
+    d = ServeConfig().trainer_config()
+    assert (d.distill, d.hint_m) == ("token", 1)  # opt-in
+    with pytest.raises(ValueError, match="need distill topk_select"):
+        ServeConfig(hint_m=2).validated()
