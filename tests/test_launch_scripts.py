@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 COMMON = ROOT / "scripts" / "slime_common.sh"
 METHODS = ("binary", "opd", "combine")
 SCRIPTS = {m: ROOT / f"openclaw-{m}" / f"run_qwen3_4b_openclaw_{m}.sh" for m in METHODS}
-ALL_SHELL = [*SCRIPTS.values(), COMMON]
+TOPK_SELECT = ROOT / "openclaw-combine" / "run_qwen3_4b_openclaw_topk_select.sh"
+ALL_SHELL = [*SCRIPTS.values(), TOPK_SELECT, COMMON]
 
 ROLLOUT_HOOK = "slime_ext.hooks.rollout.live_rollout"
 REWARD_HOOK = "slime_ext.hooks.reward.post_process_rewards"
@@ -83,7 +84,8 @@ def _base_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def _run(method: str, env: dict[str, str], cwd: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
     bash = shutil.which("bash") or "/bin/bash"
-    return subprocess.run([bash, str(SCRIPTS[method])], env=env, cwd=cwd, capture_output=True, text=True,
+    script = TOPK_SELECT if method == "topk_select" else SCRIPTS[method]
+    return subprocess.run([bash, str(script)], env=env, cwd=cwd, capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -189,6 +191,31 @@ def test_dry_run_prints_the_job_with_our_hooks_and_config(method, tmp_path):
         assert (cfg.w_rl, cfg.w_opd, cfg.distill) == (1.0, 1.0, "token")
     elif method == "opd":
         assert (cfg.w_rl, cfg.w_opd, cfg.teacher) == (0.0, 1.0, "policy")
+
+
+def test_topk_select_refuses_what_slime_cannot_carry_before_anything_starts(tmp_path):
+    env = _base_env(tmp_path, DRY_RUN="1", PATH=str(_only_tools_bin(tmp_path)))
+    r = _run("topk_select", env, cwd=tmp_path)
+    assert r.returncode == 1 and "ray job submit" not in r.stdout
+    assert "each candidate teacher's top-K" in r.stderr and "--distill topk_select" in r.stderr
+    assert "TOPK_SELECT=token" in r.stderr and not (tmp_path / "run").exists()
+
+
+def test_topk_select_token_level_reduction_is_combines_loss_at_clip_one(tmp_path):
+    env = _base_env(tmp_path, DRY_RUN="1", PATH=str(_only_tools_bin(tmp_path)), TOPK_SELECT="token")
+    r = _run("topk_select", env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "token-level reduction" in r.stdout and API_KEY not in r.stdout + r.stderr
+    words = _submit_words(r.stdout)
+    assert _flag(words, "--loss-type") == "custom_loss" and _flag(words, "--custom-loss-function-path") == LOSS_HOOK
+    assert (_flag(words, "--eps-clip"), _flag(words, "--eps-clip-high")) == ("0.2", "0.28")
+    assert _flag(words, "--rollout-function-path") == ROLLOUT_HOOK
+    cfg = ServeConfig.from_mapping(yaml.safe_load(Path(_flag(words, "--custom-config-path")).read_text())[PLUGIN_KEY], "x")
+    assert (cfg.method, cfg.w_rl, cfg.w_opd, cfg.opd_clip, cfg.distill) == ("combine", 1.0, 1.0, 1.0, "token")
+    env["OPD_CLIP"] = "2"
+    words = _submit_words(_run("topk_select", env, cwd=tmp_path).stdout)
+    cfg = ServeConfig.from_mapping(yaml.safe_load(Path(_flag(words, "--custom-config-path")).read_text())[PLUGIN_KEY], "x")
+    assert cfg.opd_clip == 2.0
 
 
 def test_dry_run_with_an_external_judge(tmp_path):

@@ -113,3 +113,15 @@ def test_serve_flags_map_onto_the_trainer():
     assert (d.distill, d.hint_m) == ("token", 1)  # opt-in
     with pytest.raises(ValueError, match="need distill topk_select"):
         ServeConfig(hint_m=2).validated()
+
+
+def test_the_live_rollout_on_slime_refuses_topk_select_by_name():
+    from types import SimpleNamespace
+
+    from slime_ext.hooks.rollout import live_source
+
+    args = SimpleNamespace(openclaw_rl={"method": "combine", "teacher": "policy", "port": 1, "distill": "topk_select",
+                                        "hint_m": 3}, n_samples_per_prompt=1, sglang_router_ip="127.0.0.1",
+                           sglang_router_port=1)
+    with pytest.raises(ValueError, match="distill: topk_select needs the embedded backend"):
+        live_source(args)
