@@ -78,6 +78,12 @@ def test_shortest_takes_candidate_zero_and_hint_m_one_the_accepted_hint(hinted, 
     assert all(rec["candidates"] == candidates and rec["chosen"] == chosen for rec in m["topk_select"])
 
 
+def test_with_groups_the_recorded_response_carries_the_top_k_term_and_fresh_members_the_grpo_term(hinted):
+    m = trainer_for(hinted, method="combine", group_size=2, group_max_new_tokens=4, group_temperature=1.0).step()
+    assert m["groups"] == N_TURNS and m["fresh_samples"] == N_TURNS and len(m["topk_select"]) == N_TURNS
+    assert m["grad_norm"] > 0 and m["topk_select_support_size"] == pytest.approx(4.0)
+
+
 def test_candidate_hints_rule():
     assert candidate_hints(None, ["a hint here"], 3) == []  # no accepted hint: no candidates
     assert candidate_hints("be brief", ["be brief", "Be brief.", "use bullet points", None, "x y"], 2) == \

@@ -417,21 +417,25 @@ class OnlineTrainer:
     def select_hint(self, row: dict[str, Any]) -> str | None:
         """``distill: topk_select``: score each candidate hint's teacher and pi_old (the policy now) on the
         recorded response, choose by overlap and fix the support and its advantages
-        (``algorithms/topk_select.py``); the turn's teacher becomes the chosen one. Why not, or None."""
+        (``algorithms/topk_select.py``); the turn's teacher log-probs become the chosen candidate's at each
+        position. Its teacher prompt stays the accepted hint's (fresh group members' implicit rewards and
+        the teacher check use it). Why not, or None."""
         if self.config.distill != "topk_select":
             return None
         texts = self.store.hint_vote_texts(row["session_id"], row["idx"]) if self.config.hint_m > 1 else []
         hints = candidate_hints(row["hint"], [parse_hint(t) for t in texts], self.config.hint_m)
         temperature = scoring_temperature(sampled_temperature(row))
         response, context = row["response_token_ids"], int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
-        prompts = []
+        kept = []  # (hint, teacher prompt) of the candidates that render within the context
         for hint in hints:
             try:
-                prompts.append(teacher_prompt_ids(self.renderer, row["messages"], hint, row.get("tools"),
-                                                  row.get("tool_choice")))
+                prompt = teacher_prompt_ids(self.renderer, row["messages"], hint, row.get("tools"), row.get("tool_choice"))
             except Exception as e:  # a template that cannot render it: not a candidate
                 log.warning("candidate hint %r: teacher prompt could not be rendered: %s", hint, e)
-        prompts = [p for p in prompts if not context or len(p) + len(response) <= context]
+                continue
+            if not context or len(prompt) + len(response) <= context:
+                kept.append((hint, prompt))
+        hints, prompts = [h for h, _ in kept], [p for _, p in kept]
         if not prompts:
             return "topk_select: no candidate hint's teacher prompt could be rendered within the context"
         teachers = torch.stack([torch.log_softmax(self._teacher_logits(p + response, len(p), temperature), -1)
@@ -443,8 +447,7 @@ class OnlineTrainer:
         picked = teachers.gather(0, chosen.choice.view(1, -1, 1).expand(1, *teachers.shape[1:]))[0]
         row["teacher_logprobs"] = picked.gather(1, torch.tensor(response)[:, None])[:, 0].tolist()
         row["teacher_topk"] = chosen.support
-        row["teacher_prompt_ids"] = prompts[int(chosen.choice.mode().values)]  # groups and the teacher check
-        row["topk_select"] = {"session_id": row["session_id"], "turn": row["idx"], "candidates": hints[:len(prompts)],
+        row["topk_select"] = {"session_id": row["session_id"], "turn": row["idx"], "candidates": hints,
                               "chosen": torch.bincount(chosen.choice, minlength=len(prompts)).tolist(),
                               "overlap": chosen.overlap.sum(-1).tolist()}
         self.store.set_teacher_logprobs(row["session_id"], row["idx"], row["teacher_logprobs"])
