@@ -17,11 +17,11 @@
 # and this script refuses (before anything starts, DRY_RUN=1 included) unless TOPK_SELECT=token asks for
 # the token-level reduction, which Slime can carry: the support is the sampled token (K = 1, its softmax
 # weight 1), the candidate is the accepted hint (with one candidate every selection rule picks it), and the
-# advantage is clip(teacher - rollout, +-OPD_CLIP) with OPD_CLIP = 1.0 (upstream's launcher). That is
-# Combine's loss (slime_ext.hooks.loss.combine_loss) at opd_clip 1.0 with PPO clip 0.2 / 0.28; it differs
-# from upstream's in three ways: the verdict and teacher advantages share one PPO clip instead of one
-# each, the ratio is taken against the recorded log-probs (--use-rollout-logprobs), and the teacher is
-# the current policy scored through SGLang, not the frozen base model.
+# advantage is clip(teacher - rollout, +-OPD_CLIP) with OPD_CLIP = 1.0 (upstream's launcher), PPO-clipped
+# (0.2 / 0.28) on its own and added to the verdict's PPO loss: w_rl * L_GRPO + w_opd * L_OPD
+# (slime_ext.hooks.loss.topk_select_token_loss). It differs from upstream's in two more ways: the ratio
+# is taken against the recorded log-probs (--use-rollout-logprobs), and the teacher is the current
+# policy scored through SGLang, not the frozen base model.
 #
 #   TOPK_SELECT=token DRY_RUN=1 bash .../run_qwen3_4b_openclaw_topk_select.sh   # print the commands
 #
@@ -33,16 +33,16 @@ source "$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)/../scrip
 
 case "${TOPK_SELECT:-}" in
    token) ;;
-   *) openclaw_die "topk_select needs each candidate teacher's top-K at every response position, which Slime's batch cannot carry to the custom loss (one teacher log-prob per token only; docs/slime.md); run it on the embedded backend (openclaw-rl serve --distill topk_select --hint-m 3 --judge-votes 3 --topk 4 --topk-support student --opd-clip 1.0), or set TOPK_SELECT=token for its token-level reduction on Slime (one candidate, K = 1, clip 1.0: Combine's loss at opd_clip 1.0)" ;;
+   *) openclaw_die "topk_select needs each candidate teacher's top-K at every response position, which Slime's batch cannot carry to the custom loss (one teacher log-prob per token only; docs/slime.md); run it on the embedded backend (openclaw-rl serve --distill topk_select --hint-m 3 --judge-votes 3 --topk 4 --topk-support student --opd-clip 1.0), or set TOPK_SELECT=token for its token-level reduction on Slime (one candidate, K = 1, clip 1.0)" ;;
 esac
 
 openclaw_settings combine
-openclaw_note "topk_select, token-level reduction (TOPK_SELECT=token): support = the sampled token, one candidate hint (the accepted one), advantage w_rl * verdict + w_opd * clip(teacher - rollout, +-${OPD_CLIP:-1.0})"
+openclaw_note "topk_select, token-level reduction (TOPK_SELECT=token): support = the sampled token, one candidate hint (the accepted one), loss w_rl * L_PPO(verdict) + w_opd * L_PPO(clip(teacher - rollout, +-${OPD_CLIP:-1.0}))"
 openclaw_build_args
 
 GRPO_ARGS+=(
    --loss-type custom_loss
-   --custom-loss-function-path slime_ext.hooks.loss.combine_loss
+   --custom-loss-function-path slime_ext.hooks.loss.topk_select_token_loss
 )
 
 openclaw_common_config

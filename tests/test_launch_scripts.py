@@ -201,13 +201,14 @@ def test_topk_select_refuses_what_slime_cannot_carry_before_anything_starts(tmp_
     assert "TOPK_SELECT=token" in r.stderr and not (tmp_path / "run").exists()
 
 
-def test_topk_select_token_level_reduction_is_combines_loss_at_clip_one(tmp_path):
+def test_topk_select_token_level_reduction_runs_its_own_loss_at_clip_one(tmp_path):
     env = _base_env(tmp_path, DRY_RUN="1", PATH=str(_only_tools_bin(tmp_path)), TOPK_SELECT="token")
     r = _run("topk_select", env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "token-level reduction" in r.stdout and API_KEY not in r.stdout + r.stderr
     words = _submit_words(r.stdout)
-    assert _flag(words, "--loss-type") == "custom_loss" and _flag(words, "--custom-loss-function-path") == LOSS_HOOK
+    assert _flag(words, "--loss-type") == "custom_loss"
+    assert _flag(words, "--custom-loss-function-path") == "slime_ext.hooks.loss.topk_select_token_loss"
     assert (_flag(words, "--eps-clip"), _flag(words, "--eps-clip-high")) == ("0.2", "0.28")
     assert _flag(words, "--rollout-function-path") == ROLLOUT_HOOK
     cfg = ServeConfig.from_mapping(yaml.safe_load(Path(_flag(words, "--custom-config-path")).read_text())[PLUGIN_KEY], "x")

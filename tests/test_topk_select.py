@@ -154,3 +154,21 @@ def test_select_support_picks_the_overlapping_candidate_and_fixes_the_advantages
     assert overlap.support.in_support.tolist() == [[True, False], [True, True]]  # {0, 1} & {0, 2}; {2, 3} & {3, 2}
     with pytest.raises(ValueError, match="k must be"):
         select_support(student, torch.stack([far]), 5, "shortest", "student")
+
+
+def test_slime_token_level_reduction_clips_each_term_on_its_own():
+    from slime_ext.algorithms import AdvantageWeights, PolicyLossConfig
+    from slime_ext.hooks.loss import combine_loss_from_log_probs, topk_select_token_loss_from_log_probs
+
+    old = torch.log(torch.tensor([0.5]))
+    batch = {"rollout_log_probs": [old], "teacher_log_probs": [old + 0.5], "advantages": [torch.tensor([-1.0])],
+             "loss_masks": [torch.ones(1)]}
+    weights, config = AdvantageWeights(1.0, 1.0, 1.0), PolicyLossConfig()
+    moved = [old + math.log(1.5)]  # ratio 1.5: -min(1.5 * -1, 1.28 * -1) = 1.5 and -min(1.5 * 0.5, 1.28 * 0.5) = -0.64
+    loss, metrics = topk_select_token_loss_from_log_probs(batch, moved, torch.sum, weights, config)
+    assert loss.item() == pytest.approx(1.5 - 0.64, abs=1e-5)
+    assert (metrics["rl_loss"].item(), metrics["opd_loss"].item()) == pytest.approx((1.5, -0.64), abs=1e-5)
+    summed, _ = combine_loss_from_log_probs(batch, moved, torch.sum, weights, config)  # one clip on A = -0.5
+    assert summed.item() == pytest.approx(0.75, abs=1e-5)
+    same, _ = topk_select_token_loss_from_log_probs(batch, [old], torch.sum, weights, config)  # ratio 1: equal
+    assert same.item() == pytest.approx(combine_loss_from_log_probs(batch, [old], torch.sum, weights, config)[0].item())

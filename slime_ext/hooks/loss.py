@@ -14,6 +14,11 @@ log-probs, reduced with Slime's ``sum_of_sample_mean``. Current log-probs come f
 the one the turns were sampled at (the rollout hook refuses settings where it is not, and drops a
 turn sampled at another; the embedded trainer scores each sample at its own
 ``metadata["temperature"]`` instead). Method ``binary`` is ``w_opd = 0``, ``opd`` is ``w_rl = 0``.
+
+``topk_select_token_loss`` is upstream's ``topk_select`` recipe reduced to what Slime's batch
+carries (one teacher log-prob per token: the support is the sampled token, K = 1, its softmax
+weight 1): ``w_rl * L(advantages) + w_opd * L(clip(teacher - rollout, ±opd_clip))`` with each term
+PPO-clipped on its own, as upstream adds its two losses (``combine_loss`` clips their sum once).
 """
 
 from __future__ import annotations
@@ -61,12 +66,41 @@ def combine_loss_from_log_probs(batch: dict[str, Any], log_probs: list[torch.Ten
     return loss, {"loss": loss.detach(), **{k: v.detach() for k, v in metrics.items()}}
 
 
-def combine_loss(args, batch, logits, sum_of_sample_mean):
+def loss_settings(args) -> tuple[AdvantageWeights, PolicyLossConfig]:
+    """The method's weights from the plugin config, and Slime's PPO clip (``--eps-clip``, ``--eps-clip-high``)."""
     cfg = plugin_config(args)
     method = cfg.method if cfg.method != "none" else "binary"
     weights = AdvantageWeights.for_method(method, cfg.w_rl, cfg.w_opd, cfg.opd_clip)
     config = PolicyLossConfig(eps_low=float(getattr(args, "eps_clip", 0.2)),
                               eps_high=float(getattr(args, "eps_clip_high", None) or getattr(args, "eps_clip", 0.28)))
+    return weights, config
+
+
+def combine_loss(args, batch, logits, sum_of_sample_mean):
+    weights, config = loss_settings(args)
     log_probs = slime_response_log_probs(args, batch, logits)
     loss, metrics = combine_loss_from_log_probs(batch, log_probs, sum_of_sample_mean, weights, config)
     return loss + 0 * logits.sum(), metrics  # keeps the graph when a micro-batch has no trainable token
+
+
+def topk_select_token_loss_from_log_probs(batch: dict[str, Any], log_probs: list[torch.Tensor],
+                                          sum_of_sample_mean: Callable[[torch.Tensor], torch.Tensor],
+                                          weights: AdvantageWeights, config: PolicyLossConfig) -> tuple[torch.Tensor, dict]:
+    """``w_rl * L_GRPO + w_opd * L_OPD``, each term ``combine_loss_from_log_probs`` with the other weight
+    0 (``L(w * A) = w * L(A)`` for ``w >= 0``, so the weights can stay inside). Pure."""
+    rl, rl_metrics = combine_loss_from_log_probs(batch, log_probs, sum_of_sample_mean,
+                                                 AdvantageWeights(weights.w_rl, 0.0, weights.opd_clip), config)
+    opd, opd_metrics = combine_loss_from_log_probs(batch, log_probs, sum_of_sample_mean,
+                                                   AdvantageWeights(0.0, weights.w_opd, weights.opd_clip), config)
+    loss = rl + opd
+    return loss, {"loss": loss.detach(), **{f"rl_{k}": v for k, v in rl_metrics.items() if k != "loss"},
+                  "rl_loss": rl.detach(), "opd_loss": opd.detach(), "opd_clip_fraction": opd_metrics["clip_fraction"]}
+
+
+def topk_select_token_loss(args, batch, logits, sum_of_sample_mean):
+    """Slime's custom-loss entry of ``topk_select``'s token-level reduction (``openclaw-combine/
+    run_qwen3_4b_openclaw_topk_select.sh`` with ``TOPK_SELECT=token``)."""
+    weights, config = loss_settings(args)
+    log_probs = slime_response_log_probs(args, batch, logits)
+    loss, metrics = topk_select_token_loss_from_log_probs(batch, log_probs, sum_of_sample_mean, weights, config)
+    return loss + 0 * logits.sum(), metrics
