@@ -172,3 +172,26 @@ def test_slime_token_level_reduction_clips_each_term_on_its_own():
     assert summed.item() == pytest.approx(0.75, abs=1e-5)
     same, _ = topk_select_token_loss_from_log_probs(batch, [old], torch.sum, weights, config)  # ratio 1: equal
     assert same.item() == pytest.approx(combine_loss_from_log_probs(batch, [old], torch.sum, weights, config)[0].item())
+
+
+def test_slime_token_level_hook_runs_through_slimes_log_probs_with_gradient(monkeypatch):
+    import inspect
+    import sys
+    import types
+    from types import SimpleNamespace
+
+    from slime_ext.hooks.loss import topk_select_token_loss
+    from tests.test_slime_hooks import slime_get_log_probs_and_entropy
+
+    for n in ["slime", "slime.backends", "slime.backends.megatron_utils", "slime.backends.megatron_utils.loss"]:
+        monkeypatch.setitem(sys.modules, n, types.ModuleType(n))
+    sys.modules["slime.backends.megatron_utils.loss"].get_log_probs_and_entropy = slime_get_log_probs_and_entropy
+    assert list(inspect.signature(topk_select_token_loss).parameters) == ["args", "batch", "logits", "sum_of_sample_mean"]
+    logits = torch.randn(1, 5, 11, requires_grad=True)
+    batch = {"unconcat_tokens": [torch.tensor([1, 2, 3, 4, 5])], "total_lengths": [5], "response_lengths": [2],
+             "loss_masks": [torch.ones(2)], "rollout_log_probs": [torch.full((2,), -2.0)],
+             "teacher_log_probs": [torch.full((2,), -1.0)], "advantages": [torch.full((2,), -1.0)]}
+    args = SimpleNamespace(openclaw_rl={"method": "combine", "opd_clip": 1.0}, eps_clip=0.2, eps_clip_high=0.28)
+    loss, metrics = topk_select_token_loss(args, batch, logits, torch.sum)
+    loss.backward()
+    assert {"rl_loss", "opd_loss", "opd_clip_fraction"} <= set(metrics) and logits.grad.abs().sum() > 0

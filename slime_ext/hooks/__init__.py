@@ -6,6 +6,7 @@ Dotted paths for Slime's flags (each matches ``../shared/slime-contract.md``):
   --custom-reward-post-process-path   slime_ext.hooks.reward.post_process_rewards
   --custom-rm-path                    slime_ext.hooks.reward.known_reward (known_rewards with --group-rm)
   --loss-type custom_loss --custom-loss-function-path slime_ext.hooks.loss.combine_loss
+                                      (topk_select's token-level reduction: ...loss.topk_select_token_loss)
   --custom-config-path FILE.yaml      our settings under one key, ``openclaw_rl:`` (see ``config.py``)
 
 Nothing here imports Slime, SGLang, Megatron or Ray at module level: each is imported inside the
