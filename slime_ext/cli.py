@@ -166,6 +166,14 @@ def _add_teacher_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
     p.add_argument("--unfollowed-hints", choices=["skip", "train"],
                    help=f"a hint the teacher does not follow: train it anyway (shown in records, /healthz, "
                         f"/metrics) or skip (no teacher term; Binary RL still uses the verdict) [{d.unfollowed_hints}]")
+    p.add_argument("--replay-turns", type=int,
+                   help=f"preference replay (opd / combine): per user of a training step, this many of the user's "
+                        f"earlier turns re-taught by the teacher shown all of the user's standing preferences "
+                        f"(docs/learning.md, 'Preferences persist'); 0: off [{d.replay_turns}]")
+    p.add_argument("--replay-steps", type=int,
+                   help=f"optimizer passes over the step's samples (and replayed turns) per training step [{d.replay_steps}]")
+    p.add_argument("--replay-budget-s", type=float,
+                   help=f"no further pass starts once a step's passes took this many seconds [{d.replay_budget_s:g}]")
     p.add_argument("--topk", type=int, help=f"k of --distill topk [{d.topk}]")
     p.add_argument("--topk-support", choices=["teacher", "student", "overlap"],
                    help=f"--distill topk over the teacher's top-k tokens or the student's (topk_select: or their "
@@ -247,7 +255,18 @@ def cmd_records(args: argparse.Namespace) -> int:
                 print(f"      {teacher_check_line(t['teacher_check'])}")
             if t.get("dropped"):  # not trained on, and why (e.g. the canary refused its step)
                 print(f"      dropped: {t['dropped']}")
+    for user, prefs in data.get("preferences", {}).items():  # each user's accepted hints (trainers/replay.py)
+        print(f"preferences of {user}: {len(prefs)}")
+        for p in prefs:
+            print(f"  {preference_line(p)}")
     return 0
+
+
+def preference_line(p: dict[str, Any]) -> str:
+    """One line of ``records``: a user's preference, whether it is standing (replayed), where it came from."""
+    times = f", stated {p['times']} times" if p["times"] > 1 else ""
+    return (f"{'standing' if p['standing'] else 'one-off '} {p['hint'][:70]!r} "
+            f"(turn {p['turn']} of {p['session_id']}{times})")
 
 
 def teacher_check_line(c: dict[str, Any]) -> str:

@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from slime_ext.trainers.canary import CanaryConfig
+from slime_ext.trainers.replay import ReplayConfig
 from slime_ext.trainers.teachability import TeachabilityConfig
 
 _CANARY = CanaryConfig()
 _TEACH = TeachabilityConfig()
+_REPLAY = ReplayConfig()
 
 
 @dataclass
@@ -100,6 +102,11 @@ class ServeConfig:
     teacher_check_tokens: int = _TEACH.max_new_tokens  # length of the teacher's greedy answer
     teacher_checks_per_hint: int = _TEACH.per_hint  # prompts a hint is measured on, then its median is reused
     unfollowed_hints: str = _TEACH.unfollowed  # "train" (trained anyway, shown) or "skip" (no teacher term)
+    # preference replay (trainers/replay.py; docs/learning.md): earlier turns per user re-taught under all
+    # of the user's standing preferences, and optimizer passes per step within a time budget
+    replay_turns: int = _REPLAY.turns
+    replay_steps: int = _REPLAY.steps
+    replay_budget_s: float = _REPLAY.budget_s
 
     def trainer_config(self):
         """The trainer's settings, taken from these."""
@@ -119,7 +126,9 @@ class ServeConfig:
                              loss=PolicyLossConfig(kl_coef=self.kl_coef), canary=self.canary_config(),
                              teacher_check=TeachabilityConfig(self.teacher_check, self.teacher_min_gap,
                                                               self.teacher_check_tokens, self.teacher_checks_per_hint,
-                                                              self.unfollowed_hints))
+                                                              self.unfollowed_hints),
+                             replay_turns=self.replay_turns, replay_steps=self.replay_steps,
+                             replay_budget_s=self.replay_budget_s)
 
     def canary_config(self) -> CanaryConfig:
         """The trainer's canary settings, taken from these."""

@@ -219,6 +219,7 @@ class ChatServer:
     async def healthz(self, request: web.Request) -> web.Response:
         counts = await self.store.run(self.store.counts)
         counts.update(await self.store.run(self.store.teacher_check_summary))  # does the hinted teacher follow hints
+        counts["preferences_by_user"] = await self.store.run(self.store.preference_counts)  # accepted hints kept
         return web.json_response(
             {
                 "status": "ok",

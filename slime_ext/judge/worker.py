@@ -1,7 +1,11 @@
 """The judge loop of a running server: find turns that got a next state, judge them, store it.
 
 With a ``HintJudge`` (methods ``opd`` and ``combine``) each turn also gets its hint votes and the
-accepted hint (or none) in the same transaction as its verdict: "no hint" is a result too.
+accepted hint (or none) in the same transaction as its verdict: "no hint" is a result too. An
+accepted hint becomes a preference of the turn's user (``Store.preferences``), marked standing when
+the user's message states it as one (the heuristic's ``preference`` rule: "from now on ...",
+"always ...", "next time ..."), whichever judge voted: standing preferences are the ones the trainer
+replays (``trainers/replay.py``).
 
 It runs as a task on the server's event loop and never blocks serving: store reads and writes
 go through the store's writer thread, and the ``Judge`` bounds concurrency and times out votes.
@@ -16,9 +20,15 @@ import logging
 import time
 
 from slime_ext.judge.backends import Judge, JudgeInput
+from slime_ext.judge.heuristic import heuristic_explain
 from slime_ext.judge.hints import HintJudge
 
 log = logging.getLogger(__name__)
+
+
+def is_standing_preference(next_state: str, role: str) -> bool:
+    """Does the user's message state a standing preference (the heuristic judge's ``preference`` rule)?"""
+    return role == "user" and heuristic_explain(next_state, role)[1].split(":")[0] == "preference"
 
 
 class JudgeWorker:
@@ -54,7 +64,8 @@ class JudgeWorker:
             votes = list(zip(verdict.votes, verdict.texts))
             hint_votes = list(zip(hint.votes, hint.texts)) if hint else None
             await self.store.run(self.store.record_verdict, t["session_id"], t["idx"], verdict.score, votes,
-                                 hint.hint if hint else None, hint_votes)
+                                 hint.hint if hint else None, hint_votes,
+                                 is_standing_preference(t["next_state"], t["next_state_role"]))
             log.info("judged turn %d of %s: %+d (votes %s)%s", t["idx"], t["session_id"], verdict.score, verdict.votes,
                      f", hint {hint.hint!r}" if hint and hint.hint else "")
 

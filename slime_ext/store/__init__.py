@@ -102,7 +102,21 @@ CREATE TABLE IF NOT EXISTS teacher_checks (  -- does the hinted teacher follow t
     at REAL NOT NULL,
     PRIMARY KEY (session_id, turn_idx)
 );
+CREATE TABLE IF NOT EXISTS preferences (  -- each user's accepted hints (docs/store.md, "Preferences")
+    user TEXT NOT NULL,            -- the turn's user ('' when the server has no --user-key)
+    key TEXT NOT NULL,             -- the normalized hint: duplicates are one preference
+    hint TEXT NOT NULL,            -- the hint as first stated
+    session_id TEXT NOT NULL,      -- the turn it came from (the latest time it was stated)
+    turn_idx INTEGER NOT NULL,
+    standing INTEGER NOT NULL,     -- 1: stated as a standing preference ("from now on ..."): replayed
+    created_at REAL NOT NULL,      -- first stated (the order preferences are given to the teacher in)
+    last_at REAL NOT NULL,         -- last stated (the oldest is dropped past PREFERENCES_PER_USER)
+    times INTEGER NOT NULL DEFAULT 1,
+    PRIMARY KEY (user, key)
+);
 """
+
+PREFERENCES_PER_USER = 32  # a user's preferences kept; past it the least recently stated one is dropped
 
 # Columns added after the first schema; added to older run directories when they are opened.
 TURN_COLUMNS = {
@@ -116,6 +130,11 @@ TURN_COLUMNS = {
     "hint_judged_at": "REAL",        # when hints were judged (NULL: not judged for hints)
     "teacher_logprobs": "TEXT",      # the OPD teacher's log-probs of the response tokens (JSON)
 }
+
+
+def preference_key(hint: str) -> str:
+    """A hint's identity among a user's preferences: lower-cased, spaces collapsed, end punctuation off."""
+    return " ".join(hint.lower().split()).strip(" .!;:")
 
 
 def _bool_int(value: bool | None) -> int | None:
@@ -251,9 +270,11 @@ class Store:
         )
 
     def record_verdict(self, session_id: str, idx: int, verdict: int, votes: list[tuple[int | None, str]],
-                       hint: str | None = None, hint_votes: list[tuple[int | None, str]] | None = None) -> None:
+                       hint: str | None = None, hint_votes: list[tuple[int | None, str]] | None = None,
+                       standing: bool = False) -> None:
         """Store every vote and the verdict of one turn, in one transaction; with ``hint_votes``
-        (hints were judged), also the hint votes and the accepted hint (or none)."""
+        (hints were judged), also the hint votes and the accepted hint (or none). An accepted hint
+        becomes (or refreshes) a preference of the turn's user; ``standing``: stated as a standing one."""
         now = time.time()
         rows = [(session_id, idx, i, v, text, now, "reward") for i, (v, text) in enumerate(votes)]
         rows += [(session_id, idx, i, v, text, now, "hint") for i, (v, text) in enumerate(hint_votes or [])]
@@ -262,6 +283,24 @@ class Store:
                 "INSERT INTO votes (session_id, turn_idx, vote_idx, value, text, at, kind) VALUES (?,?,?,?,?,?,?)", rows)
             self._conn.execute("UPDATE turns SET verdict=?, judged_at=?, hint=?, hint_judged_at=? WHERE session_id=? AND idx=?",
                                (verdict, now, hint, now if hint_votes is not None else None, session_id, idx))
+            if hint and hint.strip() and preference_key(hint):
+                self._add_preference(session_id, idx, hint.strip(), standing, now)
+
+    def _add_preference(self, session_id: str, idx: int, hint: str, standing: bool, now: float) -> None:
+        """Within a transaction: the turn's user's preference ``hint`` (a known one is refreshed, and
+        stays standing once it was), then the user's least recently stated ones past the cap dropped."""
+        row = self._conn.execute("SELECT user FROM turns WHERE session_id=? AND idx=?", (session_id, idx)).fetchone()
+        user = (row["user"] if row else None) or ""
+        self._conn.execute(
+            """INSERT INTO preferences (user, key, hint, session_id, turn_idx, standing, created_at, last_at)
+               VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (user, key) DO UPDATE SET session_id=excluded.session_id,
+               turn_idx=excluded.turn_idx, standing=MAX(standing, excluded.standing), last_at=excluded.last_at,
+               times=times + 1""",
+            (user, preference_key(hint), hint, session_id, idx, int(standing), now, now))
+        self._conn.execute(
+            """DELETE FROM preferences WHERE user=? AND key NOT IN
+               (SELECT key FROM preferences WHERE user=? ORDER BY last_at DESC, rowid DESC LIMIT ?)""",
+            (user, user, PREFERENCES_PER_USER))
 
     def set_teacher_logprobs(self, session_id: str, idx: int, logprobs: list[float]) -> None:
         self._exec("UPDATE turns SET teacher_logprobs=? WHERE session_id=? AND idx=?",
@@ -289,6 +328,32 @@ class Store:
                                              "gap": r["gap"], "hint_gap": r["hint_gap"],
                                              "same_answer": _int_bool(r["same_answer"]),
                                              "teacher_sample": r["sample"]} for r in rows]}
+
+    def preferences(self, user: str | None, standing_only: bool = False) -> list[dict[str, Any]]:
+        """``user``'s preferences in the order first stated (``standing_only``: the replayed ones)."""
+        with self._lock:
+            rows = self._conn.execute(
+                f"""SELECT * FROM preferences WHERE user=? {'AND standing=1' if standing_only else ''}
+                    ORDER BY created_at, rowid""", (user or "",)).fetchall()
+        return [_preference(r) for r in rows]
+
+    def preference_counts(self) -> dict[str, dict[str, int]]:
+        """For ``/healthz``: per user (``-`` without one), preferences stored and how many are standing."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT user, COUNT(*), SUM(standing) FROM preferences GROUP BY user ORDER BY user").fetchall()
+        return {r[0] or "-": {"preferences": r[1], "standing": r[2]} for r in rows}
+
+    def replay_turns(self, user: str | None, exclude: set[tuple[str, int]], limit: int) -> list[dict[str, Any]]:
+        """Up to ``limit`` of ``user``'s main-line turns with a response, newest first, none of ``exclude``
+        (the turns a replay re-teaches under the user's accumulated preferences: ``trainers/replay.py``)."""
+        if limit <= 0:
+            return []
+        with self._lock:
+            rows = self._conn.execute(
+                f"""SELECT {_TRAINING_COLUMNS} FROM turns WHERE main_line=1 AND user IS ? AND response_token_ids != '[]'
+                    ORDER BY created_at DESC, id DESC LIMIT ?""", (user, limit + len(exclude))).fetchall()
+        return [r for r in self._decode_turns(rows) if (r["session_id"], r["idx"]) not in exclude][:limit]
 
     def mark_trained(self, keys: list[tuple[str, int]], version: int) -> None:
         """Record that these turns were trained on in the step that produced ``version``."""
@@ -406,6 +471,11 @@ class Store:
                 "waiting_to_train": row[4] - row[6] - row[7], "dropped_by_reason": {r: n for r, n in reasons}}
 
 
+def _preference(r: sqlite3.Row) -> dict[str, Any]:
+    return {"user": r["user"] or None, "hint": r["hint"], "session_id": r["session_id"], "turn": r["turn_idx"],
+            "standing": bool(r["standing"]), "times": r["times"], "created_at": r["created_at"], "last_at": r["last_at"]}
+
+
 def export_records(run_dir: str | Path) -> dict[str, Any]:
     """The ``records --json`` object. Later issues add keys; existing keys never change meaning."""
     path = Path(run_dir) / DB_NAME
@@ -471,6 +541,9 @@ def export_records(run_dir: str | Path) -> dict[str, Any]:
                     "turns": turns,
                 }
             )
-        return {"sessions": sessions}
+        preferences: dict[str, list[dict[str, Any]]] = {}
+        for r in conn.execute("SELECT * FROM preferences ORDER BY user, created_at, rowid"):
+            preferences.setdefault(r["user"] or "-", []).append(_preference(r))
+        return {"sessions": sessions, **({"preferences": preferences} if preferences else {})}  # per user, once any
     finally:
         conn.close()

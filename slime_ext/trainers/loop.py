@@ -35,6 +35,7 @@ from slime_ext.logprobs import scoring_temperature, teacher_forced_logits
 from slime_ext.teacher import teacher_prompt_ids
 from slime_ext.trainers.canary import CanaryConfig, snapshot
 from slime_ext.trainers.groups import GroupConfig, build_group, demonstration
+from slime_ext.trainers.replay import ReplayConfig, replay_metrics, replay_rows, replay_samples
 from slime_ext.trainers.step import Batch, response_logprobs, train_step
 from slime_ext.trainers.teachability import TeachabilityConfig, TeacherChecker, excluded
 from slime_ext.types import Sample
@@ -82,6 +83,10 @@ class TrainerConfig:
     sft_samples: int = 1
     # does the hinted teacher follow each hint (trainers/teachability.py); unfollowed "skip": no teacher term
     teacher_check: TeachabilityConfig = field(default_factory=TeachabilityConfig)
+    # earlier turns replayed under each user's standing preferences, K passes per step (trainers/replay.py)
+    replay_turns: int = ReplayConfig.turns
+    replay_steps: int = ReplayConfig.steps
+    replay_budget_s: float = ReplayConfig.budget_s
 
     @property
     def topk_coef(self) -> float:
@@ -100,6 +105,10 @@ class TrainerConfig:
         """The advantage weights; with top-k distillation the teacher term is the separate loss."""
         w = AdvantageWeights.for_method(self.method, self.w_rl, self.w_opd, self.opd_clip)
         return AdvantageWeights(w.w_rl, 0.0, w.opd_clip) if self.distill != "token" else w
+
+    @property
+    def replay(self) -> ReplayConfig:
+        return ReplayConfig(self.replay_turns, self.replay_steps, self.replay_budget_s)
 
     @property
     def groups(self) -> GroupConfig:
@@ -124,6 +133,7 @@ class TrainerConfig:
             raise ValueError("group_size > 1 and sft_coef need method opd or combine: they need the hinted teacher, "
                              "and binary judges no hints")
         self.teacher_check.validate()
+        self.replay.validate(self.method, self.distill)
 
 
     def _validate_topk_select(self) -> None:
@@ -321,11 +331,9 @@ class OnlineTrainer:
         started = time.perf_counter()
         samples, groups = self.grouped([turn_to_sample(r) for r in usable], usable)
         baseline = self.baseline.value if self.baseline else 0.0  # from earlier batches only: unbiased
-        metrics = train_step(self.model, self.optimizer, samples, self.config.loss,
-                             micro_batch_size=self.config.micro_batch_size, pad_id=self.pad_id,
-                             reference=self.reference, baseline=baseline, weights=self.config.weights,
-                             topk_coef=self.config.topk_coef, topk=self.config.topk,
-                             divergence=self.config.divergence, beta=self.config.jsd_beta)
+        replayed, skipped = replay_samples(replay_rows(self.store, usable, self.config.replay.turns),
+                                           self._score_replay, turn_to_sample)
+        metrics = self._passes(samples + replayed, baseline, replayed, skipped)
         metrics.update(group_metrics(groups, samples))
         if self.checker is not None:
             metrics.update(teacher_check_s=self.check_s, hints_unfollowed=self.unfollowed)
@@ -354,6 +362,23 @@ class OnlineTrainer:
         self.store.mark_trained(keys, self.version)
         self.prune()
         metrics.update(version=self.version, checkpoint=str(path))
+        return metrics
+
+    def _passes(self, samples: list[Sample], baseline: float, replayed: list[Sample], skipped: list[str]) -> dict[str, Any]:
+        """``replay.steps`` optimizer passes over ``samples`` (no new one once ``replay.budget_s`` is
+        spent; the first always runs); the last pass's metrics, with the replay's when replay is on."""
+        cfg, started, passes = self.config.replay, time.perf_counter(), 0
+        while True:
+            metrics = train_step(self.model, self.optimizer, samples, self.config.loss,
+                                 micro_batch_size=self.config.micro_batch_size, pad_id=self.pad_id,
+                                 reference=self.reference, baseline=baseline, weights=self.config.weights,
+                                 topk_coef=self.config.topk_coef, topk=self.config.topk,
+                                 divergence=self.config.divergence, beta=self.config.jsd_beta)
+            passes += 1
+            if passes >= cfg.steps or time.perf_counter() - started >= cfg.budget_s:
+                break
+        if cfg.turns or cfg.steps > 1:
+            metrics.update(replay_metrics(replayed, skipped, passes, time.perf_counter() - started))
         return metrics
 
     def _canary_prepare(self) -> Callable[[], None] | None:
@@ -477,8 +502,20 @@ class OnlineTrainer:
 
     def score_with_teacher(self, row: dict[str, Any]) -> str | None:
         """Set ``row["teacher_logprobs"]`` (and store them); return why not when that is impossible."""
+        why = self._score(row, row["hint"])
+        if why is None:
+            self.store.set_teacher_logprobs(row["session_id"], row["idx"], row["teacher_logprobs"])
+        return why
+
+    def _score_replay(self, row: dict[str, Any], hints: list[str]) -> str | None:
+        """A replayed turn under all of its user's ``hints`` (not stored: the turn keeps its own teacher's)."""
+        return self._score(row, hints)
+
+    def _score(self, row: dict[str, Any], hint: str | list[str]) -> str | None:
+        """Set ``row``'s teacher log-probs, top-k and prompt ids under ``hint`` (one, or several: a
+        user's preferences); return why not when that is impossible."""
         try:
-            prompt = teacher_prompt_ids(self.renderer, row["messages"], row["hint"], row.get("tools"), row.get("tool_choice"))
+            prompt = teacher_prompt_ids(self.renderer, row["messages"], hint, row.get("tools"), row.get("tool_choice"))
         except Exception as e:  # a template that cannot render it: the turn cannot be distilled
             return f"teacher prompt could not be rendered: {type(e).__name__}: {str(e)[:100]}"
         context = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
@@ -489,7 +526,6 @@ class OnlineTrainer:
             prompt, row["response_token_ids"], scoring_temperature(sampled_temperature(row)))  # the student's temperature
         row["teacher_prompt_ids"] = prompt
         self.teacher_s = time.perf_counter() - started
-        self.store.set_teacher_logprobs(row["session_id"], row["idx"], row["teacher_logprobs"])
         return None
 
     def _teacher_scores(self, prompt: list[int], response: list[int], temperature: float = 1.0) -> tuple[list[float], Any]:
