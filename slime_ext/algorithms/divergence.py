@@ -34,8 +34,7 @@ from slime_ext.algorithms.topk import (
     TeacherLogprobs,
     TopKReverseKL,
     _compute_dtype,
-    _support,
-    gather_log_softmax,
+    support_logprobs,
     tail_logmass,
     topk_distillation_loss,
 )
@@ -93,14 +92,7 @@ def topk_divergence(
 ) -> TopKReverseKL:
     """Per-token divergence ``[B, T]`` (0 where masked) from student logits ``[B, T, V]`` and the
     teacher passed as ``topk_reverse_kl`` takes it (a ``TopK``, full log-probs, or a callable)."""
-    if student_logits.dim() != 3 or tuple(mask.shape) != tuple(student_logits.shape[:2]):
-        raise ValueError(f"expected student logits [B, T, V] and mask [B, T]; got {tuple(student_logits.shape)} "
-                         f"and {tuple(mask.shape)}")
-    ids, teacher_logprobs = _support(student_logits, teacher, mask, k, support)
-    student_logprobs = gather_log_softmax(student_logits, ids, chunk_size)
-    m = mask.bool()
-    teacher_logprobs = torch.where(m.unsqueeze(-1), teacher_logprobs.to(student_logprobs.dtype),
-                                   student_logprobs.detach())  # masked: divergence exactly 0
+    student_logprobs, teacher_logprobs, m = support_logprobs(student_logits, teacher, mask, k, support, chunk_size)
     div, s_tail, t_tail = binned_divergence(student_logprobs, teacher_logprobs, divergence, beta, tail_floor)
     per_token = torch.where(m, div, torch.zeros_like(div))
     return TopKReverseKL(per_token, torch.exp(s_tail).detach(), torch.exp(t_tail))

@@ -257,19 +257,27 @@ def topk_reverse_kl(
     ``k`` keeps its ``k`` most likely ids), the full teacher log-probs ``[B, T, V]`` (either
     support; must be normalized), or a callable mapping ids ``[B, T, k]`` to the teacher's log-probs
     there (``support="student"`` only). ``mask [B, T]``: 1 on trained positions."""
+    student_logprobs, teacher_logprobs, m = support_logprobs(student_logits, teacher, mask, k, support, chunk_size)
+    kl, s_tail, t_tail = binned_reverse_kl(student_logprobs, teacher_logprobs, tail_floor)
+    per_token = torch.where(m, kl, torch.zeros_like(kl))
+    return TopKReverseKL(per_token, torch.exp(s_tail).detach(), torch.exp(t_tail))
+
+
+def support_logprobs(student_logits: torch.Tensor, teacher: TeacherLogprobs, mask: torch.Tensor, k: int | None,
+                     support: Literal["teacher", "student"], chunk_size: int | None = None):
+    """``(student log-probs [B, T, k], teacher log-probs [B, T, k], bool mask [B, T])`` on the support.
+
+    Masked positions take the student's own values (every divergence exactly 0 there), so padding,
+    even NaN, cannot leak into the gradient through the zero weights."""
     if student_logits.dim() != 3 or tuple(mask.shape) != tuple(student_logits.shape[:2]):
         raise ValueError(f"expected student logits [B, T, V] and mask [B, T]; got {tuple(student_logits.shape)} "
                          f"and {tuple(mask.shape)}")
     ids, teacher_logprobs = _support(student_logits, teacher, mask, k, support)
     student_logprobs = gather_log_softmax(student_logits, ids, chunk_size)
     m = mask.bool()
-    # Masked positions take the student's own values (KL exactly 0), so padding there, even NaN,
-    # cannot leak into the gradient through the zero weights.
     teacher_logprobs = torch.where(m.unsqueeze(-1), teacher_logprobs.to(student_logprobs.dtype),
                                    student_logprobs.detach())
-    kl, s_tail, t_tail = binned_reverse_kl(student_logprobs, teacher_logprobs, tail_floor)
-    per_token = torch.where(m, kl, torch.zeros_like(kl))
-    return TopKReverseKL(per_token, torch.exp(s_tail).detach(), torch.exp(t_tail))
+    return student_logprobs, teacher_logprobs, m
 
 
 def topk_distillation_loss(
