@@ -182,6 +182,7 @@ def test_replay_teaches_the_users_earlier_turns_under_all_their_preferences_in_k
         assert s.reward == 0.0 and len(s.teacher_log_probs) == s.response_length == 3
     state = json.loads((users[3] / "checkpoints" / "v000001" / "trainer_state.json").read_text())
     assert state["metrics"]["replayed_turns"] == 2 and state["turns"] == [["alice-new0", 0], ["alice-new1", 0]]
+    assert state["metrics"]["replayed"] == [["alice-old2", 0], ["alice-old1", 0]]
     # the replayed turns keep their own (absent) teacher log-probs: the replay's are not stored
     assert all(r["teacher_logprobs"] is None for r in users[1].replay_turns("alice", set(), 10)
                if r["session_id"].startswith("alice-old"))
@@ -240,3 +241,30 @@ def test_a_users_preferences_are_theirs_alone_through_the_server(make_server, tm
     assert cli_main(["records", "--run-dir", str(srv.run_dir)]) == 0
     out = capsys.readouterr().out
     assert "preferences of alice: 1" in out and "preferences of bob: 1" in out and "standing" in out
+
+
+def test_each_users_replay_holds_only_their_own_turns_through_the_server(make_server):
+    srv = make_server(extra=["--user-key", "alice=key-a", "--user-key", "bob=key-b", "--method", "opd",
+                             "--batch-size", "1", "--replay-turns", "3", "--replay-steps", "2", "--no-canary",
+                             "--no-teacher-check"]).start()
+    for key, question, feedback in (("key-a", "What is 2+2?", "From now on, start every answer with 'Sure!'"),
+                                    ("key-b", "Name a color.", "Please always answer in one short sentence."),
+                                    ("key-a", "Name a fruit.", "Going forward, end every answer with a question."),
+                                    ("key-b", "Name a city.", "From now on, answer in French.")):
+        first = [{"role": "user", "content": question}]
+        reply = chat(srv, key, first)
+        chat(srv, key, [*first, {"role": "assistant", "content": reply["content"]}, {"role": "user", "content": feedback}])
+    deadline = time.time() + 120
+    while time.time() < deadline and srv.health()["trained_turns"] < 4:
+        time.sleep(0.5)
+    owner = {s["id"]: s["user"] for s in srv.records()["sessions"]}
+    states = [json.loads(p.read_text()) for p in sorted((srv.run_dir / "checkpoints").glob("v*/trainer_state.json"))]
+    assert len(states) == 4, srv.log_tail()
+    replayed_any = 0
+    for state in states:
+        (sid, _), = state["turns"]
+        replayed = state["metrics"]["replayed"]
+        assert all(owner[r[0]] == owner[sid] for r in replayed), (owner, state)  # never another user's turn
+        assert state["metrics"]["replay_passes"] >= 1
+        replayed_any += len(replayed)
+    assert replayed_any > 0

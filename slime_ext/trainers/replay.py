@@ -76,8 +76,10 @@ def replay_samples(pairs: list[tuple[dict[str, Any], list[str]]],
 
 
 def replay_metrics(samples: list[Sample], skipped: list[str], passes: int, seconds: float) -> dict[str, Any]:
-    """A step's replay metrics: turns replayed (and left out, with why), optimizer passes, their seconds."""
-    out: dict[str, Any] = {"replayed_turns": len(samples), "replay_passes": passes, "replay_s": seconds}
+    """A step's replay metrics: turns replayed (which: ``[session_id, turn]``; and those left out, with
+    why), optimizer passes, their seconds."""
+    out: dict[str, Any] = {"replayed_turns": len(samples), "replay_passes": passes, "replay_s": seconds,
+                           "replayed": [[s.metadata["session_id"], s.metadata["turn"]] for s in samples]}
     if skipped:
         out["replay_skipped"] = skipped[:8]
     return out
