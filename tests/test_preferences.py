@@ -7,7 +7,6 @@ import time
 import urllib.request
 
 import pytest
-import torch
 
 import slime_ext.store as store_module
 from slime_ext.cli import main as cli_main
@@ -18,6 +17,7 @@ from slime_ext.trainers import loop
 from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, wrap_lora
 from slime_ext.trainers.replay import ReplayConfig, replay_rows
 from slime_ext.types import Turn
+from tests.test_trainer_loop import tiny_model_and_renderer
 
 ALICE = ["Start every answer with 'Sure!'.", "End every answer with a question."]
 BOB = "Answer in French."
@@ -119,15 +119,7 @@ def test_replay_settings_are_checked_by_name():
 @pytest.fixture
 def users(tmp_path):
     """Tiny model; alice has three earlier turns and two new hinted ones, bob one earlier and one hinted."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from slime_ext.api.prompt import PromptRenderer
-    from slime_ext.models import resolve_model
-
-    model_dir = resolve_model("tiny")
-    torch.manual_seed(0)
-    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    renderer = PromptRenderer(AutoTokenizer.from_pretrained(model_dir))
+    base, renderer = tiny_model_and_renderer()
     store = Store(tmp_path / "run")
 
     def turn(sid, user, content):

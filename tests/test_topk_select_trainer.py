@@ -4,13 +4,12 @@ votes, the overlap-guided choice recorded per turn, and the top-K OPD term's gra
 import json
 
 import pytest
-import torch
 
 from slime_ext.judge.hints import candidate_hints
 from slime_ext.judge.prompts import HINT_END, HINT_START
 from slime_ext.store import Store
 from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, wrap_lora
-from tests.test_trainer_loop import record
+from tests.test_trainer_loop import record, tiny_model_and_renderer
 
 N_TURNS = 2
 LONG = "Always answer in French, please."
@@ -24,15 +23,7 @@ def vote(hint: str) -> tuple[int, str]:
 @pytest.fixture
 def hinted(tmp_path):
     """Two turns judged -1 whose three hint votes give two distinct hints (the longer one accepted)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from slime_ext.api.prompt import PromptRenderer
-    from slime_ext.models import resolve_model
-
-    model_dir = resolve_model("tiny")
-    torch.manual_seed(0)
-    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    renderer = PromptRenderer(AutoTokenizer.from_pretrained(model_dir))
+    base, renderer = tiny_model_and_renderer()
     store = Store(tmp_path / "run")
     for i in range(N_TURNS):
         sid = f"t{i}"

@@ -7,7 +7,7 @@ import torch
 from slime_ext.logprobs import teacher_forced_logprobs
 from slime_ext.store import Store
 from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, select_turns, turn_to_sample, wrap_lora
-from tests.test_trainer_loop import record
+from tests.test_trainer_loop import record, tiny_model_and_renderer
 
 N_TURNS = 4
 
@@ -15,15 +15,7 @@ N_TURNS = 4
 @pytest.fixture
 def hinted(tmp_path):
     """A store with four hinted turns (verdict -1, a hint) on the tiny model, and its renderer."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from slime_ext.api.prompt import PromptRenderer
-    from slime_ext.models import resolve_model
-
-    model_dir = resolve_model("tiny")
-    torch.manual_seed(0)
-    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    renderer = PromptRenderer(AutoTokenizer.from_pretrained(model_dir))
+    base, renderer = tiny_model_and_renderer()
     store = Store(tmp_path / "run")
     for i in range(N_TURNS):
         sid = f"hinted{i}"

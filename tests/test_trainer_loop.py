@@ -13,6 +13,17 @@ from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig
 from slime_ext.types import Turn
 
 
+def tiny_model_and_renderer():
+    """The tiny model (float32, seeded) and a prompt renderer for its tokenizer, for trainer tests."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from slime_ext.api.prompt import PromptRenderer
+
+    model_dir = resolve_model("tiny")
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    return base, PromptRenderer(AutoTokenizer.from_pretrained(model_dir))
+
 def record(store, model, sid, prompt, response, verdict, version=0):
     lps = teacher_forced_logprobs(model, prompt + response, len(prompt)).tolist()
     store.create_session(sid, None, "inferred")
