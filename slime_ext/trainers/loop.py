@@ -116,7 +116,13 @@ class TrainerConfig:
                            self.implicit_reward_scale)
 
     def validate(self) -> None:
-        """Raise ValueError naming the setting that cannot work."""
+        """Raise ValueError naming the setting that cannot work (``method`` may be "none": serving only)."""
+        if self.teacher not in ("base", "policy"):
+            raise ValueError(f"teacher {self.teacher!r}: expected base or policy")
+        if self.topk_support not in ("teacher", "student", "overlap"):
+            raise ValueError(f"topk_support {self.topk_support!r}: expected teacher, student or overlap")
+        if self.baseline not in ("none", "running"):
+            raise ValueError(f"baseline {self.baseline!r}: expected none or running")
         if self.distill not in DISTILL:
             raise ValueError(f"distill {self.distill!r}: expected one of {', '.join(DISTILL)}")
         self._validate_topk_select()
@@ -134,7 +140,6 @@ class TrainerConfig:
                              "and binary judges no hints")
         self.teacher_check.validate()
         self.replay.validate(self.method, self.distill)
-
 
     def _validate_topk_select(self) -> None:
         """The settings only ``distill: topk_select`` uses (``hint_m``, ``topk_select_rule``, support ``overlap``)."""
@@ -290,10 +295,6 @@ class OnlineTrainer:
         self.renderer = renderer  # a PromptRenderer for the teacher's prompts (OPD / Combine)
         if config.method != "binary" and renderer is None:
             raise ValueError(f"method {config.method}: the trainer needs a PromptRenderer for the teacher prompts")
-        if config.teacher not in ("base", "policy"):
-            raise ValueError(f"teacher {config.teacher!r}: expected base or policy")
-        if config.topk_support not in ("teacher", "student", "overlap"):
-            raise ValueError(f"topk_support {config.topk_support!r}: expected teacher, student or overlap")
         _ = config.weights  # validates the method
         config.validate()
         self.store = store
@@ -304,8 +305,6 @@ class OnlineTrainer:
         self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.lr)
         self.initial = InitialPolicy(model, config)
         self.reference = self.initial.batch_logprobs if config.loss.kl_coef else None
-        if config.baseline not in ("none", "running"):
-            raise ValueError(f"baseline {config.baseline!r}: expected none or running")
         self.baseline = RunningBaseline() if config.baseline == "running" else None
         self.teacher_s = 0.0
         self.checker: TeacherChecker | None = None  # made at the first hinted turn (trainers/teachability.py)
