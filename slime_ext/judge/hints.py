@@ -63,6 +63,7 @@ from slime_ext.judge.prompts import (
     build_hint_messages,
 )
 from slime_ext.judge.votes import parse_vote
+from slime_ext.store import preference_key
 
 _START = re.compile(re.escape(HINT_START), re.IGNORECASE)
 _END = re.compile(re.escape(HINT_END), re.IGNORECASE)
@@ -126,23 +127,19 @@ def select_hint(hints: Sequence[str | None], votes: int) -> str | None:
 
 def candidate_hints(accepted: str | None, hints: Sequence[str | None], m: int) -> list[str]:
     """Up to ``m`` distinct candidate hints of one turn (see the module docstring): ``accepted``
-    always among them, shortest first. ``hints``: each vote's ``parse_hint``. Pure."""
+    always among them, shortest first; hints equal under ``preference_key`` are one. ``hints``: each
+    vote's ``parse_hint``. Pure."""
     if m < 1:
         raise ValueError(f"hint_m must be >= 1; got {m}")
     if accepted is None or not accepted.strip():
         return []
-    seen, others = {_key(accepted)}, []
+    seen, others = {preference_key(accepted)}, []
     for h in hints:
-        if h is not None and h.strip() and _key(h) not in seen:
-            seen.add(_key(h))
+        if h is not None and h.strip() and preference_key(h) not in seen:
+            seen.add(preference_key(h))
             others.append(h.strip())
     chosen = [accepted.strip()] + sorted(others, key=len)[: m - 1]
     return sorted(chosen, key=len)  # stable: among equal lengths the accepted hint, then vote order
-
-
-def _key(hint: str) -> str:
-    """Two hints that differ only in case, spacing or end punctuation are one candidate."""
-    return " ".join(hint.lower().split()).strip(" .!;:")
 
 
 @dataclass
