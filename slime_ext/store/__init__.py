@@ -283,7 +283,7 @@ class Store:
                 "INSERT INTO votes (session_id, turn_idx, vote_idx, value, text, at, kind) VALUES (?,?,?,?,?,?,?)", rows)
             self._conn.execute("UPDATE turns SET verdict=?, judged_at=?, hint=?, hint_judged_at=? WHERE session_id=? AND idx=?",
                                (verdict, now, hint, now if hint_votes is not None else None, session_id, idx))
-            if hint and hint.strip() and preference_key(hint):
+            if hint and preference_key(hint):
                 self._add_preference(session_id, idx, hint.strip(), standing, now)
 
     def _add_preference(self, session_id: str, idx: int, hint: str, standing: bool, now: float) -> None:
