@@ -8,11 +8,14 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slime_ext.trainers.canary import CanaryConfig
 from slime_ext.trainers.replay import ReplayConfig
 from slime_ext.trainers.teachability import TeachabilityConfig
+
+if TYPE_CHECKING:
+    from slime_ext.trainers.loop import TrainerConfig
 
 _CANARY = CanaryConfig()
 _TEACH = TeachabilityConfig()
@@ -108,27 +111,22 @@ class ServeConfig:
     replay_steps: int = _REPLAY.steps
     replay_budget_s: float = _REPLAY.budget_s
 
-    def trainer_config(self):
-        """The trainer's settings, taken from these."""
+    def trainer_config(self) -> TrainerConfig:
+        """The trainer's settings, taken from these: every setting of the same name, and the nested ones."""
         from slime_ext.algorithms import PolicyLossConfig
         from slime_ext.trainers.loop import TrainerConfig
 
-        return TrainerConfig(method=self.method, batch_size=self.batch_size, lr=self.lr, lora_rank=self.lora_rank,
-                             teacher=self.teacher, w_rl=self.w_rl, w_opd=self.w_opd, opd_clip=self.opd_clip,
-                             distill=self.distill, topk=self.topk, topk_support=self.topk_support,
-                             hint_m=self.hint_m, topk_select_rule=self.topk_select_rule,
-                             jsd_beta=self.jsd_beta, group_size=self.group_size,
-                             group_temperature=self.group_temperature, group_max_new_tokens=self.group_max_new_tokens,
-                             group_estimator=self.group_estimator, implicit_reward_scale=self.implicit_reward_scale,
-                             sft_coef=self.sft_coef, sft_samples=self.sft_samples,
-                             max_staleness=self.max_staleness, baseline=self.baseline,
-                             keep_checkpoints=self.keep_checkpoints,
-                             loss=PolicyLossConfig(kl_coef=self.kl_coef), canary=self.canary_config(),
-                             teacher_check=TeachabilityConfig(self.teacher_check, self.teacher_min_gap,
-                                                              self.teacher_check_tokens, self.teacher_checks_per_hint,
-                                                              self.unfollowed_hints),
-                             replay_turns=self.replay_turns, replay_steps=self.replay_steps,
-                             replay_budget_s=self.replay_budget_s)
+        nested = {"canary": self.canary_config(), "teacher_check": self.teacher_check_config(),
+                  "loss": PolicyLossConfig(kl_coef=self.kl_coef)}
+        mine = {f.name for f in dataclasses.fields(self)}
+        same = {f.name: getattr(self, f.name) for f in dataclasses.fields(TrainerConfig)
+                if f.name in mine and f.name not in nested}
+        return TrainerConfig(**same, **nested)
+
+    def teacher_check_config(self) -> TeachabilityConfig:
+        """The trainer's teacher-check settings, taken from these."""
+        return TeachabilityConfig(self.teacher_check, self.teacher_min_gap, self.teacher_check_tokens,
+                                  self.teacher_checks_per_hint, self.unfollowed_hints)
 
     def canary_config(self) -> CanaryConfig:
         """The trainer's canary settings, taken from these."""
