@@ -310,6 +310,11 @@ class OnlineTrainer:
         self.checker: TeacherChecker | None = None  # made at the first hinted turn (trainers/teachability.py)
         self.check_s, self.unfollowed = 0.0, 0  # this step's teachability checks: seconds, hints not followed
 
+    @property
+    def context(self) -> int:
+        """The model's context length in tokens (0: unknown)."""
+        return int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
+
     def step_size(self) -> tuple[int, int]:
         """How many turns the next step takes (``catchup_size`` of the waiting turns with a signal),
         and how many such turns wait."""
@@ -331,7 +336,7 @@ class OnlineTrainer:
         samples, groups = self.grouped([turn_to_sample(r) for r in usable], usable)
         baseline = self.baseline.value if self.baseline else 0.0  # from earlier batches only: unbiased
         replayed, skipped = replay_samples(replay_rows(self.store, usable, self.config.replay.turns),
-                                           self._score_replay, turn_to_sample)
+                                           self._score, turn_to_sample)  # not stored: a replayed turn keeps its own teacher's
         metrics = self._passes(samples + replayed, baseline, replayed, skipped)
         metrics.update(group_metrics(groups, samples))
         if self.checker is not None:
@@ -411,7 +416,7 @@ class OnlineTrainer:
         from slime_ext.api.prompt import stop_token_ids
 
         out, records = [], []
-        context = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
+        context = self.context
         for sample, row in zip(samples, rows):
             if not row.get("teacher_prompt_ids"):
                 out.append(sample)
@@ -449,7 +454,7 @@ class OnlineTrainer:
         texts = self.store.hint_vote_texts(row["session_id"], row["idx"]) if self.config.hint_m > 1 else []
         hints = candidate_hints(row["hint"], [parse_hint(t) for t in texts], self.config.hint_m)
         temperature = scoring_temperature(sampled_temperature(row))
-        response, context = row["response_token_ids"], int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
+        response, context = row["response_token_ids"], self.context
         kept = []  # (hint, teacher prompt) of the candidates that render within the context
         for hint in hints:
             try:
@@ -487,7 +492,7 @@ class OnlineTrainer:
 
             tokenizer = self.renderer.tokenizer
             self.checker = TeacherChecker(self.config.teacher_check, tokenizer, stop_token_ids(tokenizer))
-        context = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
+        context = self.context
         with self._teacher_weights() as m:
             check = self.checker.check(m, row["prompt_token_ids"], row["teacher_prompt_ids"], row["hint"],
                                        context)
@@ -506,10 +511,6 @@ class OnlineTrainer:
             self.store.set_teacher_logprobs(row["session_id"], row["idx"], row["teacher_logprobs"])
         return why
 
-    def _score_replay(self, row: dict[str, Any], hints: list[str]) -> str | None:
-        """A replayed turn under all of its user's ``hints`` (not stored: the turn keeps its own teacher's)."""
-        return self._score(row, hints)
-
     def _score(self, row: dict[str, Any], hint: str | list[str]) -> str | None:
         """Set ``row``'s teacher log-probs, top-k and prompt ids under ``hint`` (one, or several: a
         user's preferences); return why not when that is impossible."""
@@ -517,7 +518,7 @@ class OnlineTrainer:
             prompt = teacher_prompt_ids(self.renderer, row["messages"], hint, row.get("tools"), row.get("tool_choice"))
         except Exception as e:  # a template that cannot render it: the turn cannot be distilled
             return f"teacher prompt could not be rendered: {type(e).__name__}: {str(e)[:100]}"
-        context = int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
+        context = self.context
         if context and len(prompt) + len(row["response_token_ids"]) > context:
             return f"teacher prompt too long: {len(prompt)} + {len(row['response_token_ids'])} tokens > context {context}"
         started = time.perf_counter()
