@@ -165,7 +165,8 @@ class ServeConfig:
             raise ValueError(f"topk_support {self.topk_support!r}: expected teacher, student or overlap")
         if self.topk < 1:
             raise ValueError(f"topk must be >= 1, got {self.topk}")
-        self.trainer_config().validate()  # distill, jsd_beta and the group settings, named
+        trainer = self.trainer_config()
+        trainer.validate()  # distill, jsd_beta and the group settings, named
         if self.teacher not in ("base", "policy"):
             raise ValueError(f"teacher {self.teacher!r}: expected base or policy")
         if self.w_rl < 0 or self.w_opd < 0 or self.opd_clip <= 0:
@@ -184,7 +185,7 @@ class ServeConfig:
             raise ValueError(f"baseline {self.baseline!r}: expected none or running")
         if self.lora_rank < 0 or self.max_staleness < 0 or self.lr <= 0:
             raise ValueError("lora_rank and max_staleness must be >= 0 and lr > 0")
-        self.canary_config().validate()
+        trainer.canary.validate()
         self._validate_http()
         return self
 
