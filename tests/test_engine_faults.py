@@ -16,25 +16,15 @@ import time
 import urllib.request
 
 import pytest
+import test_engine
 from test_engine import prompts, random_lora, run
 
 import slime_ext.engines.local as local
 from slime_ext.engines import EngineError, SamplingParams
 from slime_ext.engines.base import GREEDY_BELOW
 from slime_ext.engines.local import LocalEngine
-from slime_ext.models import resolve_model
 
-
-@pytest.fixture(scope="module")
-def model_dir():
-    return resolve_model("tiny")
-
-
-@pytest.fixture
-async def engine(model_dir):
-    eng = LocalEngine(model_dir, dtype="float32", threads=1, prefix_cache_tokens=0)
-    yield eng
-    await eng.close()
+model_dir, engine = test_engine.model_dir, test_engine.engine  # the same fixtures as test_engine.py
 
 
 async def idle(eng) -> None:
