@@ -63,11 +63,12 @@ class JudgeWorker:
             self.last_judge_s = time.perf_counter() - started
             votes = list(zip(verdict.votes, verdict.texts))
             hint_votes = list(zip(hint.votes, hint.texts)) if hint else None
+            accepted = hint.hint if hint else None
+            standing = bool(accepted) and is_standing_preference(t["next_state"], t["next_state_role"])  # only if kept
             await self.store.run(self.store.record_verdict, t["session_id"], t["idx"], verdict.score, votes,
-                                 hint.hint if hint else None, hint_votes,
-                                 is_standing_preference(t["next_state"], t["next_state_role"]))
+                                 accepted, hint_votes, standing)
             log.info("judged turn %d of %s: %+d (votes %s)%s", t["idx"], t["session_id"], verdict.score, verdict.votes,
-                     f", hint {hint.hint!r}" if hint and hint.hint else "")
+                     f", hint {accepted!r}" if accepted else "")
 
         await asyncio.gather(*(one(t) for t in pending))
         self.judged += len(pending)
