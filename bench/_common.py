@@ -239,6 +239,7 @@ def main_of(name: str, parse_args, run, report, argv=None) -> int:
     """A benchmark's entry point: run it, print its tables, keep its JSON."""
     args = parse_args(argv)
     result = asyncio.run(run(args))
+    result["env"].setdefault("loadavg_end", os.getloadavg())
     print(report(result))
     print(f"\nJSON: {write_json(name, result, args.out)}")
     return 0

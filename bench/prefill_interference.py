@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import time
 from pathlib import Path
@@ -103,7 +102,6 @@ async def run(args: argparse.Namespace) -> dict:
                           stream_tokens_per_s_before=19 / (times[19] - times[0]))
     finally:
         server.stop()
-    result["env"]["loadavg_end"] = os.getloadavg()
     return result
 
 
