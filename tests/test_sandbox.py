@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from _fork_until_refused import fork_until_refused
 
 from slime_ext.envs import Sandbox, SandboxError, SandboxLimits, fresh_workspace, isolation_status
 from slime_ext.envs.sandbox import (
@@ -225,20 +226,7 @@ def test_fork_bomb_is_contained(box):
 
 
 def test_process_limit_counts_the_runs_processes(box):
-    code = textwrap.dedent("""
-        import os, time
-        n = 0
-        while True:
-            try:
-                pid = os.fork()
-            except OSError:
-                break
-            if pid == 0:
-                time.sleep(30)
-                os._exit(0)
-            n += 1
-        print(n)
-    """)
+    code = fork_until_refused()
     r = box.run(["python3", "-c", code])
     # the refused fork stops the run (a cgroup reports it at once; the watchdog may miss a brief peak), unless the
     # command exited first

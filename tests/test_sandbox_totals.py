@@ -12,11 +12,11 @@ import logging
 import os
 import subprocess
 import sys
-import textwrap
 import uuid
 from pathlib import Path
 
 import pytest
+from _fork_until_refused import fork_until_refused
 
 from slime_ext.envs import Sandbox, SandboxError, SandboxLimits, fresh_workspace, isolation_status
 from slime_ext.envs import sandbox as sandbox_mod
@@ -82,21 +82,8 @@ def test_memory_of_the_whole_run_is_bounded(workspace, mode, totals):
 
 @pytest.mark.parametrize("mode", ALL_MODES)
 def test_process_count_of_the_whole_run_is_bounded(workspace, mode, totals):
-    code = textwrap.dedent("""
-        import os, sys, time
-        n = 1
-        while True:
-            try:
-                pid = os.fork()
-            except OSError:
-                break
-            if pid == 0:
-                time.sleep(30)
-                os._exit(0)
-            n += 1
-        print(n, flush=True)
-        time.sleep(30)  # the run holds its processes: it must be stopped, not left to the wall clock
-    """)
+    # the run holds its processes: it must be stopped, not left to the wall clock
+    code = fork_until_refused(start=1, hold_s=30)
     limits = SandboxLimits(max_procs=12, wall_s=20)
     r = Sandbox(workspace, limits, mode=mode).run(["python3", "-c", code])
     assert r.stopped_by == "max_procs", r
