@@ -505,9 +505,10 @@ class OnlineTrainer:
         return why
 
     def score_with_teacher(self, row: dict[str, Any]) -> str | None:
-        """Set ``row["teacher_logprobs"]`` (and store them); return why not when that is impossible."""
+        """Set ``row["teacher_logprobs"]`` (and store them; ``topk_select``: ``select_hint`` stores the chosen
+        candidates' instead); return why not when that is impossible."""
         why = self._score(row, row["hint"])
-        if why is None:
+        if why is None and self.config.distill != "topk_select":
             self.store.set_teacher_logprobs(row["session_id"], row["idx"], row["teacher_logprobs"])
         return why
 
