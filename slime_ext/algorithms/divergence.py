@@ -25,7 +25,7 @@ the teacher's values are detached; masked positions contribute exactly 0.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -105,17 +105,15 @@ def topk_divergence_loss(
     *,
     divergence: Divergence = "forward_kl",
     beta: float = 0.5,
-    k: int | None = None,
-    support: Literal["teacher", "student"] = "teacher",
-    chunk_size: int | None = None,
+    **options: Any,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """``(scalar loss, metrics)``: ``topk_divergence`` reduced like ``policy_loss`` (per-sample mean,
-    then the mean over samples). ``reverse_kl`` is ``topk_distillation_loss`` (metric ``topk_kl``);
-    the others report ``topk_forward_kl`` / ``topk_jsd`` and both sides' mean tail masses."""
+    then the mean over samples); ``options``: its ``k``, ``support``, ``chunk_size``, ``tail_floor``.
+    ``reverse_kl`` is ``topk_distillation_loss`` (metric ``topk_kl``); the others report
+    ``topk_forward_kl`` / ``topk_jsd`` and both sides' mean tail masses."""
     if divergence == "reverse_kl":
-        return topk_distillation_loss(student_logits, teacher, mask, k=k, support=support, chunk_size=chunk_size)
-    out = topk_divergence(student_logits, teacher, mask, divergence=divergence, beta=beta, k=k, support=support,
-                          chunk_size=chunk_size)
+        return topk_distillation_loss(student_logits, teacher, mask, **options)
+    out = topk_divergence(student_logits, teacher, mask, divergence=divergence, beta=beta, **options)
     loss = masked_sample_mean(out.per_token, mask)
     with torch.no_grad():
         metrics = {f"topk_{divergence}": loss.detach(),
