@@ -121,6 +121,15 @@ class SandboxedEpisode:
 
     turns: int
     done: bool
+    limits: Any  # SandboxLimits of every run of the episode
+    mode: str | None  # the sandbox mode (None: the best available)
+    require_isolation: bool | None  # refuse the rlimits fallback (None: only when OPENCLAW_REQUIRE_ISOLATION=1)
+
+    def _new_sandbox(self, workspace: Any) -> Any:
+        """A ``Sandbox`` on ``workspace`` with this setting's limits, mode and isolation requirement."""
+        from slime_ext.envs.sandbox import Sandbox
+
+        return Sandbox(workspace, self.limits, mode=self.mode, require_isolation=self.require_isolation)
 
     def _begin_step(self) -> int:
         """Refuse a step outside a running episode; count it; return its 1-based turn number."""

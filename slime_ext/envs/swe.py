@@ -116,8 +116,7 @@ class SweEnv(SandboxedEpisode):
         self.start_files = mutated_files(repo, m)
         self.workspace = self._stack.enter_context(fresh_workspace(f"swe-{task.id}-"))
         write_files(self.workspace, self.start_files)
-        self.sandbox = Sandbox(self.workspace, self.limits, mode=self.mode,
-                               require_isolation=self.require_isolation)
+        self.sandbox = self._new_sandbox(self.workspace)
         self.task, self.turns, self.done, self.checks, self.reward = task, 0, False, None, None
         file_list = "\n".join(f"  {p}" for p in sorted(self.start_files))
         return (f"{task.instruction}\n\nThe repository (its root is the current directory):\n{file_list}\n\n"
@@ -265,8 +264,7 @@ class SweEnv(SandboxedEpisode):
         problems = integrity_problems(original, edited)
         with fresh_workspace(f"swe-grade-{self.task.id}-") as ws:
             write_files(ws, {**{p: t for p, t in original.items() if p.startswith(TESTS_DIR)}, **edited})
-            run = run_tests(Sandbox(ws, self.limits, mode=self.mode, require_isolation=self.require_isolation),
-                            self.per_test_timeout_s, self.suite_timeout_s)
+            run = run_tests(self._new_sandbox(ws), self.per_test_timeout_s, self.suite_timeout_s)
         failing = self.task.data["failing"]
         self.checks = [CheckResult("integrity: no new imports or introspection in the source files", not problems,
                                    "; ".join(problems))]

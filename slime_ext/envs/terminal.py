@@ -353,8 +353,7 @@ class TerminalEnv(SandboxedEpisode):
         self.close()
         self.workspace = self._stack.enter_context(fresh_workspace(f"term-{task.id}-"))
         write_task_files(self.workspace, task.data)
-        self.sandbox = Sandbox(self.workspace, self.limits, mode=self.mode,
-                               require_isolation=self.require_isolation)
+        self.sandbox = self._new_sandbox(self.workspace)
         if task.data.get("setup"):
             res = self.sandbox.run(task.data["setup"], env=RUN_ENV)
             if res.exit_code != 0:

@@ -311,8 +311,7 @@ class ToolCallEnv(SandboxedEpisode):
             raise ValueError(f"task {task.id}: data needs an integer 'answer'")
         self.close()
         self.workspace = self._stack.enter_context(fresh_workspace(f"toolcall-{task.id}-"))
-        self.sandbox = Sandbox(self.workspace, self.limits, mode=self.mode,
-                               require_isolation=self.require_isolation)
+        self.sandbox = self._new_sandbox(self.workspace)
         self.task, self.turns, self.done, self.final_text, self.checks = task, 0, False, None, None
         return (f"{task.instruction}\n\n"
                 f"You can use the tool `python`: it runs Python 3 code in a fresh sandboxed interpreter "
