@@ -86,6 +86,7 @@ class ChatServer:
         self.guard = ConnectionGuard(settings.header_timeout_s, settings.keepalive_timeout_s, settings.max_connections)
         self._origins = frozenset(normalize_origin(o) for o in settings.allowed_origins)
         self._hosts = frozenset(host_name(h) for h in settings.allowed_hosts)
+        self._keyed_users = frozenset(settings.user_keys or ())  # names a `user` field may not claim without the key
         self._check_host = is_loopback(settings.bound_host)
         self._render_pool: ThreadPoolExecutor | None = None  # started with the app (see _start_sweeper)
         self.metrics = Metrics()
@@ -292,8 +293,7 @@ class ChatServer:
             top_p=defaults.top_p if req.top_p is None else req.top_p,
             max_new_tokens=max_new, seed=req.seed, stop_token_ids=self.stop_ids,
         )
-        user = request_user(request.get("key_user"), req.user, _key_identity(request),
-                            frozenset(self.settings.user_keys or ()))
+        user = request_user(request.get("key_user"), req.user, _key_identity(request), self._keyed_users)
         headers = {k.lower(): v for k, v in request.headers.items() if k.lower().startswith("x-")}
         try:  # the session id is stored: aiohttp turns bytes that are not UTF-8 into surrogates it cannot encode
             headers.get("x-session-id", "").encode("utf-8")
