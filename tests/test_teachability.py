@@ -142,17 +142,12 @@ def test_a_hint_measured_on_per_hint_prompts_is_decided_by_its_median_without_me
 
 
 def hinted_store(tmp_path, model, renderer, verdict: int, n: int = 4, hint: str = "Always answer in French."):
-    from tests.test_trainer_loop import record
+    from tests.test_trainer_loop import record_hinted
 
     store = Store(tmp_path / "run")
     for i in range(n):
-        sid = f"hinted{i}"
-        prompt = renderer.render([{"role": "user", "content": f"question {i}"}], [])
-        record(store, model, sid, prompt, [500 + i, 600 + i, 700 + i], verdict)
-        store.record_verdict(sid, 0, verdict, [(verdict, "test")], hint=hint, hint_votes=[(1, "t")])
-        with store._lock:  # the synthetic turns need their request messages for the teacher prompt
-            store._conn.execute("UPDATE turns SET messages=? WHERE session_id=?",
-                                (json.dumps([{"role": "user", "content": f"question {i}"}]), sid))
+        record_hinted(store, model, renderer, f"hinted{i}", f"question {i}", [500 + i, 600 + i, 700 + i], verdict,
+                      hint)
     return store
 
 

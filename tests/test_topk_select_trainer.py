@@ -9,7 +9,7 @@ from slime_ext.judge.hints import candidate_hints
 from slime_ext.judge.prompts import HINT_END, HINT_START
 from slime_ext.store import Store
 from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, wrap_lora
-from tests.test_trainer_loop import record, tiny_model_and_renderer
+from tests.test_trainer_loop import record_hinted, tiny_model_and_renderer
 
 N_TURNS = 2
 LONG = "Always answer in French, please."
@@ -26,15 +26,8 @@ def hinted(tmp_path):
     base, renderer = tiny_model_and_renderer()
     store = Store(tmp_path / "run")
     for i in range(N_TURNS):
-        sid = f"t{i}"
-        record(store, base, sid, renderer.render([{"role": "user", "content": f"question {i}"}], []),
-               [500 + i, 600 + i, 700 + i, 2], -1)
-        store.record_verdict(sid, 0, -1, [(-1, "test")], hint=LONG,
-                             hint_votes=[vote(LONG), vote(SHORT), vote(LONG.upper())])
-    with store._lock:  # the synthetic turns need their request messages for the teacher prompt
-        for i in range(N_TURNS):
-            store._conn.execute("UPDATE turns SET messages=? WHERE session_id=?",
-                                (f'[{{"role": "user", "content": "question {i}"}}]', f"t{i}"))
+        record_hinted(store, base, renderer, f"t{i}", f"question {i}", [500 + i, 600 + i, 700 + i, 2], -1, LONG,
+                      hint_votes=[vote(LONG), vote(SHORT), vote(LONG.upper())])
     return base, store, renderer, tmp_path / "run"
 
 

@@ -7,7 +7,7 @@ import torch
 from slime_ext.logprobs import teacher_forced_logprobs
 from slime_ext.store import Store
 from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, select_turns, turn_to_sample, wrap_lora
-from tests.test_trainer_loop import record, tiny_model_and_renderer
+from tests.test_trainer_loop import record_hinted, tiny_model_and_renderer
 
 N_TURNS = 4
 
@@ -18,14 +18,8 @@ def hinted(tmp_path):
     base, renderer = tiny_model_and_renderer()
     store = Store(tmp_path / "run")
     for i in range(N_TURNS):
-        sid = f"hinted{i}"
-        prompt = renderer.render([{"role": "user", "content": f"question {i}"}], [])
-        record(store, base, sid, prompt, [500 + i, 600 + i, 2], -1)
-        store.record_verdict(sid, 0, -1, [(-1, "test")], hint="Always answer in French.", hint_votes=[(1, "t")])
-    with store._lock:  # the synthetic turns need their request messages for the teacher prompt
-        for i in range(N_TURNS):
-            store._conn.execute("UPDATE turns SET messages=? WHERE session_id=?",
-                                (f'[{{"role": "user", "content": "question {i}"}}]', f"hinted{i}"))
+        record_hinted(store, base, renderer, f"hinted{i}", f"question {i}", [500 + i, 600 + i, 2], -1,
+                      "Always answer in French.")
     return base, store, renderer, tmp_path / "run"
 
 

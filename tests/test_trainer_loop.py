@@ -24,15 +24,22 @@ def tiny_model_and_renderer():
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     return base, PromptRenderer(AutoTokenizer.from_pretrained(model_dir))
 
-def record(store, model, sid, prompt, response, verdict, version=0):
+def record(store, model, sid, prompt, response, verdict, version=0, messages=None):
     lps = teacher_forced_logprobs(model, prompt + response, len(prompt)).tolist()
     store.create_session(sid, None, "inferred")
     store.insert_turn(Turn(session_id=sid, index=0, main_line=True, reason="test", request_id=f"r-{sid}",
                            prompt_token_ids=prompt, response_token_ids=response, response_logprobs=lps,
                            response_text="x", policy_version=version, policy_version_end=version,
-                           finish_reason="stop", messages=[], reply_key=sid))
+                           finish_reason="stop", messages=messages or [], reply_key=sid))
     store.set_next_state(sid, 0, "feedback", "user")
     store.record_verdict(sid, 0, verdict, [(verdict, "test")])
+
+
+def record_hinted(store, model, renderer, sid, question, response, verdict, hint, hint_votes=((1, "t"),)):
+    """A judged turn with a hint, and the request messages its teacher prompt is rendered from."""
+    messages = [{"role": "user", "content": question}]
+    record(store, model, sid, renderer.render(messages, []), response, verdict, messages=messages)
+    store.record_verdict(sid, 0, verdict, [(verdict, "test")], hint=hint, hint_votes=list(hint_votes))
 
 
 def setup(tmp_path):
@@ -186,14 +193,8 @@ def test_opd_step_stores_teacher_logprobs_and_pulls_towards_the_teacher(tmp_path
     model_dir, base, store, _, _ = setup(tmp_path)
     renderer = PromptRenderer(AutoTokenizer.from_pretrained(model_dir))
     for i in range(4):
-        sid = f"hinted{i}"
-        prompt = renderer.render([{"role": "user", "content": f"question {i}"}], [])
-        record(store, base, sid, prompt, [500 + i, 600 + i, 700 + i], 0)
-        store.record_verdict(sid, 0, 0, [(0, "test")], hint="Always answer in French.", hint_votes=[(1, "t")])
-    with store._lock:  # the synthetic turns above need their request messages for the teacher prompt
-        for i in range(4):
-            store._conn.execute("UPDATE turns SET messages=? WHERE session_id=?",
-                                (f'[{{"role": "user", "content": "question {i}"}}]', f"hinted{i}"))
+        record_hinted(store, base, renderer, f"hinted{i}", f"question {i}", [500 + i, 600 + i, 700 + i], 0,
+                      "Always answer in French.")
     cfg = TrainerConfig(method="opd", batch_size=4, lr=1e-3, lora_rank=8, lora_alpha=16, distill=distill, topk=8,
                         topk_support=support)
     trainer = OnlineTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg, renderer=renderer)
