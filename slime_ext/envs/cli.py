@@ -68,12 +68,11 @@ def sandbox_preamble(args: argparse.Namespace) -> None:
     if not logging.getLogger().handlers:  # the probes' WARNINGs would reach stderr bare: the lines below say them
         envs_log.setLevel(logging.ERROR)
     try:
-        lines = describe_isolation()
+        report = isolation_report()
     finally:
         envs_log.setLevel(level)
-    for line in lines:
+    for line in describe_isolation(report):
         print(line, file=sys.stderr)
-    report = isolation_report()
     if report["required"] and not report["isolated"]:
         raise SandboxError(refusal_message(report["why"]))
 

@@ -296,9 +296,10 @@ def isolation_report() -> dict:
             "required": isolation_required(), "warnings": warnings}
 
 
-def describe_isolation() -> list[str]:
-    """Lines for people (``openclaw-rl env`` prints them on stderr): the mode, the totals, then any WARNING."""
-    report = isolation_report()
+def describe_isolation(report: dict | None = None) -> list[str]:
+    """Lines for people (``openclaw-rl env`` prints them on stderr): the mode, the totals, then any WARNING
+    (of ``report``, an ``isolation_report()``: made here when not given)."""
+    report = report or isolation_report()
     totals = cgroup_support().describe()
     return [f"sandbox: {report['mode']} mode ({report['why']})", f"sandbox run totals: {totals}",
             *(f"WARNING: {w}" for w in report["warnings"])]
