@@ -454,16 +454,14 @@ class OnlineTrainer:
         texts = self.store.hint_vote_texts(row["session_id"], row["idx"]) if self.config.hint_m > 1 else []
         hints = candidate_hints(row["hint"], [parse_hint(t) for t in texts], self.config.hint_m)
         temperature = scoring_temperature(sampled_temperature(row))
-        response, context = row["response_token_ids"], self.context
+        response = row["response_token_ids"]
         kept = []  # (hint, teacher prompt) of the candidates that render within the context
         for hint in hints:
-            try:
-                prompt = teacher_prompt_ids(self.renderer, row["messages"], hint, row.get("tools"), row.get("tool_choice"))
-            except Exception as e:  # a template that cannot render it: not a candidate
-                log.warning("candidate hint %r: teacher prompt could not be rendered: %s", hint, e)
-                continue
-            if not context or len(prompt) + len(response) <= context:
+            prompt, why = self._teacher_prompt(row, hint)
+            if why is None:
                 kept.append((hint, prompt))
+            elif not prompt:  # a template that cannot render it: not a candidate (too long: silently)
+                log.warning("candidate hint %r: %s", hint, why)
         hints, prompts = [h for h, _ in kept], [p for _, p in kept]
         if not prompts:
             return "topk_select: no candidate hint's teacher prompt could be rendered within the context"
@@ -515,19 +513,27 @@ class OnlineTrainer:
     def _score(self, row: dict[str, Any], hint: str | list[str]) -> str | None:
         """Set ``row``'s teacher log-probs, top-k and prompt ids under ``hint`` (one, or several: a
         user's preferences); return why not when that is impossible."""
-        try:
-            prompt = teacher_prompt_ids(self.renderer, row["messages"], hint, row.get("tools"), row.get("tool_choice"))
-        except Exception as e:  # a template that cannot render it: the turn cannot be distilled
-            return f"teacher prompt could not be rendered: {type(e).__name__}: {str(e)[:100]}"
-        context = self.context
-        if context and len(prompt) + len(row["response_token_ids"]) > context:
-            return f"teacher prompt too long: {len(prompt)} + {len(row['response_token_ids'])} tokens > context {context}"
+        prompt, why = self._teacher_prompt(row, hint)
+        if why is not None:
+            return why
         started = time.perf_counter()
         row["teacher_logprobs"], row["teacher_topk"] = self._teacher_scores(
             prompt, row["response_token_ids"], scoring_temperature(sampled_temperature(row)))  # the student's temperature
         row["teacher_prompt_ids"] = prompt
         self.teacher_s = time.perf_counter() - started
         return None
+
+    def _teacher_prompt(self, row: dict[str, Any], hint: str | list[str]) -> tuple[list[int], str | None]:
+        """``row``'s teacher prompt ids under ``hint``, and why it cannot be used (None when it can): a
+        template that cannot render it, or no room for the response within the context."""
+        try:
+            prompt = teacher_prompt_ids(self.renderer, row["messages"], hint, row.get("tools"), row.get("tool_choice"))
+        except Exception as e:  # a template that cannot render it: the turn cannot be distilled under it
+            return [], f"teacher prompt could not be rendered: {type(e).__name__}: {str(e)[:100]}"
+        context, response = self.context, row["response_token_ids"]
+        if context and len(prompt) + len(response) > context:
+            return prompt, f"teacher prompt too long: {len(prompt)} + {len(response)} tokens > context {context}"
+        return prompt, None
 
     def _teacher_scores(self, prompt: list[int], response: list[int], temperature: float = 1.0) -> tuple[list[float], Any]:
         """The teacher's log-probs of ``response`` after its (hinted) ``prompt`` at ``temperature`` (the
