@@ -161,30 +161,17 @@ class ServeConfig:
 
         if self.sampling_defaults not in CHOICES:
             raise ValueError(f"sampling_defaults {self.sampling_defaults!r}: expected {' or '.join(CHOICES)}")
-        if self.topk_support not in ("teacher", "student", "overlap"):
-            raise ValueError(f"topk_support {self.topk_support!r}: expected teacher, student or overlap")
-        if self.topk < 1:
-            raise ValueError(f"topk must be >= 1, got {self.topk}")
         trainer = self.trainer_config()
-        trainer.validate()  # distill, jsd_beta and the group settings, named
-        if self.teacher not in ("base", "policy"):
-            raise ValueError(f"teacher {self.teacher!r}: expected base or policy")
-        if self.w_rl < 0 or self.w_opd < 0 or self.opd_clip <= 0:
-            raise ValueError("w_rl and w_opd must be >= 0 and opd_clip > 0")
+        trainer.validate()  # every trainer setting, named (TrainerConfig.validate)
         if self.judge == "self" and self.method != "none" and self.lora_rank <= 0:
             raise ValueError("judge self needs LoRA training (--lora-rank > 0): the frozen judge is the base model "
                              "with the adapter disabled, and full-weight training leaves no frozen base; use "
                              "--judge openai with a separate judge server, or --judge heuristic")
-        for name in ("batch_size", "judge_concurrency"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.judge_concurrency < 1:
+            raise ValueError(f"judge_concurrency must be at least 1, got {self.judge_concurrency}")
         if not isinstance(self.user_keys, dict) or not all(isinstance(k, str) and isinstance(v, str) and k and v
                                                            for k, v in self.user_keys.items()):
             raise ValueError("user_keys must map user names to non-empty API keys")
-        if self.baseline not in ("none", "running"):
-            raise ValueError(f"baseline {self.baseline!r}: expected none or running")
-        if self.lora_rank < 0 or self.max_staleness < 0 or self.lr <= 0:
-            raise ValueError("lora_rank and max_staleness must be >= 0 and lr > 0")
         trainer.canary.validate()
         self._validate_http()
         return self

@@ -123,6 +123,12 @@ class TrainerConfig:
             raise ValueError(f"topk_support {self.topk_support!r}: expected teacher, student or overlap")
         if self.baseline not in ("none", "running"):
             raise ValueError(f"baseline {self.baseline!r}: expected none or running")
+        if self.topk < 1 or self.batch_size < 1:
+            raise ValueError(f"topk and batch_size must be at least 1, got {self.topk} and {self.batch_size}")
+        if self.w_rl < 0 or self.w_opd < 0 or self.opd_clip <= 0:
+            raise ValueError("w_rl and w_opd must be >= 0 and opd_clip > 0")
+        if self.lora_rank < 0 or self.max_staleness < 0 or self.lr <= 0:
+            raise ValueError("lora_rank and max_staleness must be >= 0 and lr > 0")
         if self.distill not in DISTILL:
             raise ValueError(f"distill {self.distill!r}: expected one of {', '.join(DISTILL)}")
         self._validate_topk_select()
