@@ -12,6 +12,7 @@ import pytest
 
 from slime_ext.simulate import ChatClient, LLMPersona, get_persona
 from slime_ext.simulate.experiment import COLUMNS, tasks_for
+from slime_ext.simulate.questions import correctness_tasks
 
 
 def test_tiny_experiment_writes_csv_markdown_and_png_and_never_trains_on_probes(tmp_path):
@@ -28,23 +29,29 @@ def test_tiny_experiment_writes_csv_markdown_and_png_and_never_trains_on_probes(
     rows = list(csv.DictReader(open(out / "results.csv")))
     assert list(rows[0]) == COLUMNS
     assert [int(x["sessions"]) for x in rows] == [0, 1, 2]
-    assert [int(x["interactions"]) for x in rows] == [0, 2, 4]  # rounds=1: two user messages per session
+    assert [int(x["interactions"]) for x in rows] == [0, 1, 2]  # rounds=1: one judged answer per session
     assert {(x["method"], x["persona"], x["seed"]) for x in rows} == {("combine", "student", "0")}
     for x in rows:
         assert 0.0 <= float(x["score_mean"]) <= 1.0 and int(x["probe_n"]) == 2
+        assert 0.0 < float(x["distinct2"]) <= 1.0 and float(x["mean_words"]) >= 0
+    # correctness at the first and the last probe; the hinted teacher's score at the first
+    assert [x["correct"] != "" for x in rows] == [True, False, True]
+    assert all(0.0 <= float(rows[i]["correct"]) <= 1.0 for i in (0, -1))
+    assert 0.0 <= float(rows[0]["teacher_score"]) <= 1.0
     assert int(rows[0]["policy_version"]) == 0 and int(rows[-1]["policy_version"]) >= 1  # training happened
 
     png = (out / "results.png").read_bytes()
     assert len(png) > 1000 and png[:8] == b"\x89PNG\r\n\x1a\n"
     md = (out / "results.md").read_text()
-    assert "| combine | student |" in md and "interactions to reach 0.8" in md
+    assert "| combine | student |" in md and "first >= 0.8" in md and "stable >= 0.8 from" in md
 
     run_dir = out / "runs" / "combine-student-s0"
     records = json.loads(subprocess.run([sys.executable, "-m", "slime_ext.cli", "records", "--run-dir", str(run_dir),
                                          "--json"], capture_output=True, text=True, check=True).stdout)
     turns = [t for s in records["sessions"] for t in s["turns"]]
     probes = [t for t in turns if not t["main_line"]]
-    assert len(probes) == 3 * 2  # three probes of two held-out tasks, all side turns
+    # three probes of two held-out tasks, two of the general questions, and the hinted teacher
+    assert 3 * 2 + 2 * len(correctness_tasks()) <= len(probes) <= 3 * 2 + 2 * len(correctness_tasks()) + 2
     assert all(t["trained_in_version"] is None and t["verdict"] is None for t in probes)
     assert any(t["trained_in_version"] is not None for t in turns if t["main_line"])
 
@@ -84,6 +91,7 @@ def test_tiny_experiment_with_an_llm_simulator_scores_through_it_and_never_leaks
     run_dir = out / "runs" / "binary-student-s0"
     records = json.loads(subprocess.run([sys.executable, "-m", "slime_ext.cli", "records", "--run-dir", str(run_dir),
                                          "--json"], capture_output=True, text=True, check=True).stdout)
-    probe_answers = sorted(t["response_text"] for s in records["sessions"] for t in s["turns"] if not t["main_line"])
+    probe_answers = sorted(t["response_text"] for s in records["sessions"] for t in s["turns"]
+                           if not t["main_line"] and "-c-" not in s["id"])  # not the general questions
     assert probe_answers == sorted(a for _, a in rated)  # the simulator rated exactly the served probe answers
     assert "sk-test-secret" not in r.stdout + r.stderr + (run_dir / "serve.log").read_text()

@@ -7,12 +7,17 @@ For each (method, persona, seed), ``run`` starts the real server (``openclaw-rl 
 * a **training session** is a fresh ``X-Session-Id``; the persona's first message for a train task,
   the model's answer, then up to ``rounds`` follow-ups (``persona.reply``, sent with the history;
   each follow-up is the next state that judges the previous answer; after the persona's thanks the
-  session ends). ``interactions`` counts the user messages sent in training sessions so far.
+  session ends; the answer to a session's last message is cut to a few tokens: nothing judges
+  it). ``interactions`` counts the answers the persona replied to (each one judged turn) so far.
 * a **probe** runs at 0 sessions (the base model) and after every ``probe_every`` sessions: first
   wait until the trainer is idle (nothing left to judge, fewer than ``batch_size`` judged turns
   waiting, and the served policy version steady for a second; bounded), then ask the first message
   of every held-out task as a side turn (``X-Turn-Type: side``: never judged or trained on) at
-  temperature 0 and score the answers with ``persona.score``. One row per probe.
+  temperature 0, all at once (the engine batches them), and score the answers with
+  ``persona.score``; at the first and the last probe the held-out general questions
+  (``questions.CORRECTNESS_QUESTIONS``) give the fraction answered correctly; distinct-2 and words per answer catch a collapsing policy. At 0
+  sessions the hinted teacher is probed too (``teacher_compliance``): what OPD can teach at most.
+  One row per probe.
 
 The persona is scripted (``personas.py``: deterministic checks, corrections and partial-credit
 scores) unless ``--simulator-url`` names an OpenAI-compatible endpoint, which then plays it
@@ -22,6 +27,8 @@ judge stays ``heuristic`` unless ``--serve-args`` picks another (``--judge opena
 A request that fails (HTTP 5xx, connection error, timeout) is retried a few times; failures are
 counted in ``failed_requests`` and never abort the run (a failed training session is abandoned,
 a failed probe question is left out of ``probe_n``).
+
+``--jobs N`` runs N (method, persona, seed) runs at once, each server on ``cores // N`` threads.
 
 Outputs (``write_outputs``): ``results.csv`` (``COLUMNS``), ``results.md`` (a table per method and
 persona) and ``results.png`` (score vs interactions: one line per method, mean over seeds with
@@ -38,24 +45,31 @@ import shlex
 import shutil
 import statistics
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from slime_ext.launch import ServerProcess
 from slime_ext.simulate.client import ChatClient
 from slime_ext.simulate.llm_persona import LLMPersona
-from slime_ext.simulate.personas import Persona, get_persona
-from slime_ext.simulate.tasks import Task, grading_tasks, math_tasks
+from slime_ext.simulate.personas import PERSONAS, Persona, get_persona
+from slime_ext.simulate.questions import correctness_tasks, is_correct, preference_tasks
+from slime_ext.simulate.tasks import grading_tasks, math_tasks
 
 COLUMNS = ["method", "persona", "seed", "sessions", "interactions", "policy_version", "score_mean", "score_std",
-           "probe_n", "wall_s", "failed_requests"]
+           "probe_n", "correct", "distinct2", "mean_words", "teacher_score", "wall_s", "failed_requests"]
 TARGET = 0.8  # the score whose first crossing the Markdown table reports
+STABLE_POINTS = 3  # consecutive probe points at or above TARGET: a stable effect (upstream's metric)
 
 
-def tasks_for(persona: Persona | LLMPersona, split: str, n: int, seed: int) -> list[Task]:
+def tasks_for(persona: Persona | LLMPersona, split: str, n: int, seed: int) -> list:
+    """The persona's tasks: math problems, grading requests or general questions."""
+    if persona.task_kind == "question":
+        return preference_tasks(split, n, seed)
     return (math_tasks if persona.task_kind == "math" else grading_tasks)(split, n, seed)
 
 
@@ -107,6 +121,82 @@ class Progress:
         self.stream.flush()
 
 
+def _probe_answers(client: ChatClient, messages: list[list[dict]], tag: str, jobs: int = 8) -> list[str | None]:
+    """Greedy answers to ``messages`` (one conversation each) as side turns, sent concurrently so
+    the engine batches them."""
+    def ask(i: int) -> str | None:
+        headers = {"X-Session-Id": f"probe-{tag}-{i}-{uuid.uuid4().hex[:8]}", "X-Turn-Type": "side"}
+        return client.chat(messages[i], headers, temperature=0.0)
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(ask, range(len(messages))))
+
+
+def distinct_2(texts: list[str]) -> float:
+    """Distinct bigrams over all bigrams of ``texts`` (words, lowercased); 1.0 without bigrams."""
+    grams = [tuple(w[i:i + 2]) for t in texts for w in [t.lower().split()] for i in range(len(w) - 1)]
+    return len(set(grams)) / len(grams) if grams else 1.0
+
+
+def teacher_compliance(client: ChatClient, p: Persona, tasks: list, base: list[str | None]) -> float:
+    """How often the hinted teacher satisfies the persona on ``tasks``: each base answer that fails
+    gets the persona's correction, the hint the judge reads from it is appended as the teacher
+    sees it (``teacher.teacher_messages``), and the served base model answers greedily. Answers
+    that already pass count as passing (their turn has no hint)."""
+    from slime_ext.judge.heuristic import heuristic_hint
+    from slime_ext.teacher import teacher_messages
+
+    asks, idx = [], []
+    for i, (task, answer) in enumerate(zip(tasks, base)):
+        if answer is None or not p.failed(task, answer):
+            continue
+        hint = heuristic_hint(p.reply(task, answer), "user")
+        if hint:
+            asks.append(teacher_messages([{"role": "user", "content": p.first_message(task)}], hint))
+            idx.append(i)
+    scores = {i: p.score(task, a) for i, (task, a) in enumerate(zip(tasks, base)) if a is not None}
+    for i, text in zip(idx, _probe_answers(client, asks, "teacher")):
+        if text is not None:
+            scores[i] = p.score(tasks[i], text)
+    return statistics.fmean(scores.values()) if scores else float("nan")
+
+
+def probe_row(client: ChatClient, p: Persona | LLMPersona, tasks: list, tag: str,
+              correctness: bool = True) -> tuple[dict[str, Any], list]:
+    """One probe: the persona's score of greedy answers to the held-out ``tasks``, distinct-2 and
+    mean words of those answers, and (``correctness``) the fraction of the held-out general
+    questions answered correctly."""
+    answers = _probe_answers(client, [[{"role": "user", "content": p.first_message(t)}] for t in tasks], tag)
+    scores = [p.score(t, a) for t, a in zip(tasks, answers) if a is not None]
+    general = correctness_tasks() if correctness else []
+    replies = _probe_answers(client, [[{"role": "user", "content": q.prompt}] for q in general], tag + "-c")
+    correct = [is_correct(q.keys, a) for q, a in zip(general, replies) if a is not None]
+    texts = [a for a in answers if a is not None]
+    return {"score_mean": round(statistics.fmean(scores), 4) if scores else float("nan"),
+            "score_std": round(statistics.pstdev(scores), 4) if scores else float("nan"),
+            "probe_n": len(scores), "correct": round(statistics.fmean(correct), 4) if correct else float("nan"),
+            "distinct2": round(distinct_2(texts), 4),
+            "mean_words": round(statistics.fmean(len(a.split()) for a in texts), 2) if texts else float("nan")}, answers
+
+
+def _session(client: ChatClient, p: Persona | LLMPersona, task, headers: dict[str, str], rounds: int,
+             seed: int) -> int:
+    """One training session; returns how many answers the persona replied to (judged turns)."""
+    messages = [{"role": "user", "content": p.first_message(task)}]
+    judged = 0
+    for r in range(rounds + 1):
+        end = r == rounds or (r > 0 and messages[-1]["content"] == p.thanks)
+        # the answer to the session's last message is never judged: a few tokens keep the run short
+        answer = client.chat(messages, headers, seed=seed, **({"max_tokens": 8} if end else {}))
+        if answer is None or end:
+            break
+        follow_up = p.reply(task, answer)
+        if follow_up is None:  # the simulator failed: abandon the session
+            break
+        messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": follow_up}]
+        judged += 1
+    return judged
+
+
 def run(method: str, persona: str, seed: int, *, model: str = "tiny", sessions: int = 32, probe_every: int = 8,
         heldout: int = 16, rounds: int = 2, max_tokens: int = 96, out_dir: str | Path = "results",
         extra_serve_args: list[str] | None = None, batch_size: int = 4, simulator: ChatClient | None = None,
@@ -128,51 +218,27 @@ def run(method: str, persona: str, seed: int, *, model: str = "tiny", sessions: 
             *(extra_serve_args or [])]
     t0 = time.time()
     rows: list[dict[str, Any]] = []
-    srv = ServerProcess(run_dir, model, args, log_path=run_dir / "serve.log")
-    with srv:
+    with ServerProcess(run_dir, model, args, log_path=run_dir / "serve.log") as srv:
         client = ChatClient(srv.url, max_tokens=max_tokens)
-
-        def failed() -> int:
-            return client.failed + (simulator.failed - sim_failed0 if simulator else 0)
-        interactions = 0
-
-        def probe(done: int) -> None:
+        interactions, teacher = 0, float("nan")
+        for s in range(sessions + 1):
+            if s > 0:
+                headers = {"X-Session-Id": f"train-s{seed}-{s}-{uuid.uuid4().hex[:8]}", "X-Turn-Type": "main"}
+                interactions += _session(client, p, train[s - 1], headers, rounds, seed * 100_003 + s * 101)
+                if progress:
+                    progress(s, None)
+            if s % probe_every and s != sessions:
+                continue
             health = wait_idle(srv, batch_size)
-            scores = []
-            for i, task in enumerate(probe_tasks):
-                headers = {"X-Session-Id": f"probe-{done}-{i}-{uuid.uuid4().hex[:8]}", "X-Turn-Type": "side"}
-                text = client.chat([{"role": "user", "content": p.first_message(task)}], headers, temperature=0.0)
-                score = p.score(task, text) if text is not None else None
-                if score is not None:
-                    scores.append(score)
-            mean = statistics.fmean(scores) if scores else float("nan")
-            rows.append({"method": method, "persona": persona, "seed": seed, "sessions": done,
-                         "interactions": interactions, "policy_version": health.get("policy_version"),
-                         "score_mean": round(mean, 4),
-                         "score_std": round(statistics.pstdev(scores), 4) if scores else float("nan"),
-                         "probe_n": len(scores), "wall_s": round(time.time() - t0, 2),
-                         "failed_requests": failed()})
+            row, answers = probe_row(client, p, probe_tasks, str(s), correctness=s in (0, sessions))
+            if s == 0 and isinstance(p, Persona):
+                teacher = teacher_compliance(client, p, probe_tasks, answers)
+            rows.append({"method": method, "persona": persona, "seed": seed, "sessions": s,
+                         "interactions": interactions, "policy_version": health.get("policy_version"), **row,
+                         "teacher_score": round(teacher, 4), "wall_s": round(time.time() - t0, 2),
+                         "failed_requests": client.failed + (simulator.failed - sim_failed0 if simulator else 0)})
             if progress:
-                progress(done, mean)
-
-        probe(0)
-        for s, task in enumerate(train, start=1):
-            headers = {"X-Session-Id": f"train-s{seed}-{s}-{uuid.uuid4().hex[:8]}", "X-Turn-Type": "main"}
-            messages = [{"role": "user", "content": p.first_message(task)}]
-            for r in range(rounds + 1):
-                interactions += 1
-                answer = client.chat(messages, headers, seed=seed * 100_003 + s * 101 + r)
-                thanked = r > 0 and messages[-1]["content"] == p.thanks  # the thanks judged the last answer
-                if answer is None or r == rounds or thanked:
-                    break
-                follow_up = p.reply(task, answer)
-                if follow_up is None:  # the simulator failed: abandon the session
-                    break
-                messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": follow_up}]
-            if progress:
-                progress(s, None)
-            if s % probe_every == 0 or s == sessions:
-                probe(s)
+                progress(s, row["score_mean"])
     return rows
 
 
@@ -202,23 +268,39 @@ def _mean(xs: list[float]) -> float:
     return statistics.fmean(xs) if xs else float("nan")
 
 
+def _first(order: list[int], points: dict[int, list[dict]], run: int) -> str:
+    """Interactions at the first probe point from which ``run`` consecutive points (mean over
+    seeds) are at or above ``TARGET``; "-" when there is none."""
+    ok = [_mean(_scores(points[s])) >= TARGET for s in order]
+    for i in range(len(order) - run + 1):
+        if all(ok[i:i + run]):
+            return f"{_mean([float(r['interactions']) for r in points[order[i]]]):.0f}"
+    return "-"
+
+
+def _column(rs: list[dict], key: str) -> float:
+    return _mean([float(r[key]) for r in rs if r.get(key) not in (None, "") and not math.isnan(float(r[key]))])
+
+
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| method | persona | seeds | score at start | score at end | end mean ± sd over seeds | "
-             f"interactions to reach {TARGET:g} | wall s (mean per run) |",
-             "|---|---|---|---|---|---|---|---|"]
+    """One line per (method, persona): the held-out score at start and end (mean ± sd over seeds),
+    the interactions at which it first reaches ``TARGET`` and from which it stays there for
+    ``STABLE_POINTS`` probe points (upstream's "sessions until a stable effect"), the hinted
+    teacher's score on the same probe, correctness, distinct-2 and words per answer, start -> end."""
+    lines = [f"| method | persona | seeds | teacher | score start | score end (± sd) | first >= {TARGET:g} | "
+             f"stable >= {TARGET:g} from | correct | distinct-2 | words | wall s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (method, persona), points in sorted(_groups(rows).items()):
         order = sorted(points)
-        start, end = _scores(points[order[0]]), _scores(points[order[-1]])
-        reached = "not reached"
-        for s in order:
-            if _mean(_scores(points[s])) >= TARGET:
-                reached = f"{_mean([float(r['interactions']) for r in points[s]]):.0f}"
-                break
+        first, last = points[order[0]], points[order[-1]]
+        end = _scores(last)
         spread = statistics.pstdev(end) if len(end) > 1 else 0.0
         seeds = len({r["seed"] for rs in points.values() for r in rs})
-        wall = _mean([float(r["wall_s"]) for r in points[order[-1]]])
-        lines.append(f"| {method} | {persona} | {seeds} | {_mean(start):.3f} | {_mean(end):.3f} | "
-                     f"{_mean(end):.3f} ± {spread:.3f} | {reached} | {wall:.0f} |")
+        change = {k: f"{_column(first, k):.2f} -> {_column(last, k):.2f}" for k in ("correct", "distinct2", "mean_words")}
+        lines.append(f"| {method} | {persona} | {seeds} | {_column(first, 'teacher_score'):.3f} | "
+                     f"{_mean(_scores(first)):.3f} | {_mean(end):.3f} ± {spread:.3f} | {_first(order, points, 1)} | "
+                     f"{_first(order, points, STABLE_POINTS)} | {change['correct']} | {change['distinct2']} | "
+                     f"{change['mean_words']} | {_column(last, 'wall_s'):.0f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -247,7 +329,7 @@ def plot(rows: list[dict[str, Any]], path: str | Path) -> None:
         if base:
             ax.axhline(_mean(base), color="gray", linestyle="--", label="base model")
         ax.set_title(persona)
-        ax.set_xlabel("interactions (user messages in training)")
+        ax.set_xlabel("interactions (answers the user replied to)")
         ax.set_ylabel("held-out score")
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
@@ -275,7 +357,7 @@ def _csv_list(text: str) -> list[str]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", default="binary,opd,combine", help="comma-separated --method values [binary,opd,combine]")
-    p.add_argument("--personas", default="student,teacher", help="comma-separated personas: student, teacher, terse [student,teacher]")
+    p.add_argument("--personas", default="student,teacher", help="comma-separated personas: " + ", ".join(PERSONAS) + " [student,teacher]")
     p.add_argument("--seeds", default="0", help="comma-separated integer seeds [0]")
     p.add_argument("--model", default="smollm2-135m", help="the served model [smollm2-135m]")
     p.add_argument("--sessions", type=int, default=32, help="training sessions per run [32]")
@@ -294,6 +376,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the environment variable holding the simulator's API key, if it needs one "
                    "[OPENCLAW_SIM_API_KEY]")
     p.add_argument("--simulator-max-tokens", type=int, default=64, help="max_tokens of simulator requests [64]")
+    p.add_argument("--jobs", type=int, default=1, help="runs at once, each server on cores/jobs threads [1]")
     p.add_argument("--serve-args", default="", help="more `openclaw-rl serve` flags, one shell-quoted string")
     p.add_argument("--out", default="experiments/personalization/results",
                    help="output folder: results.csv, results.md, results.png, runs/ [experiments/personalization/results]")
@@ -306,8 +389,8 @@ def cmd_personalization(args: argparse.Namespace) -> int:
         get_persona(name)  # unknown names fail before anything starts
     if not methods or not personas or not seeds:
         raise ValueError("--methods, --personas and --seeds need at least one value each")
-    if min(args.sessions, args.probe_every, args.heldout) < 1 or args.rounds < 0:
-        raise ValueError("--sessions, --probe-every and --heldout must be >= 1 and --rounds >= 0")
+    if min(args.sessions, args.probe_every, args.heldout, args.jobs) < 1 or args.rounds < 0:
+        raise ValueError("--sessions, --probe-every, --heldout and --jobs must be >= 1 and --rounds >= 0")
     extra = shlex.split(args.serve_args)
     if args.lr is not None:
         extra += ["--lr", str(args.lr)]
@@ -317,19 +400,27 @@ def cmd_personalization(args: argparse.Namespace) -> int:
     if args.simulator_url:
         simulator = ChatClient(args.simulator_url, model=args.simulator_model, max_tokens=args.simulator_max_tokens,
                                api_key=os.environ.get(args.simulator_key_env) or None)
+    if args.jobs > 1 and "--threads" not in extra:
+        extra += ["--threads", str(max(1, (os.cpu_count() or 1) // args.jobs))]
     rows: list[dict[str, Any]] = []
     out = Path(args.out)
-    for method in methods:
-        for persona in personas:
-            for seed in seeds:
-                bar = Progress(f"{method}/{persona}/s{seed}", args.sessions)
-                bar.update()
-                rows += run(method, persona, seed, model=args.model, sessions=args.sessions,
-                            probe_every=args.probe_every, heldout=args.heldout, rounds=args.rounds,
-                            max_tokens=args.max_tokens, out_dir=out, extra_serve_args=extra,
-                            batch_size=args.batch_size, simulator=simulator, progress=lambda d, s, bar=bar: bar.update(d, s))
-                bar.update(final=True)
-                write_outputs(rows, out)  # partial results survive an interrupted experiment
+    lock = threading.Lock()
+
+    def one(key: tuple[str, str, int]) -> None:
+        method, persona, seed = key
+        bar = Progress(f"{method}/{persona}/s{seed}", args.sessions)
+        bar.update()
+        got = run(method, persona, seed, model=args.model, sessions=args.sessions, probe_every=args.probe_every,
+                  heldout=args.heldout, rounds=args.rounds, max_tokens=args.max_tokens, out_dir=out,
+                  extra_serve_args=extra, batch_size=args.batch_size, simulator=simulator,
+                  progress=lambda d, sc: bar.update(d, sc))
+        bar.update(final=True)
+        with lock:
+            rows.extend(got)
+            write_outputs(rows, out)  # partial results survive an interrupted experiment
+    keys = [(m, p, s) for m in methods for p in personas for s in seeds]
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        list(pool.map(one, keys))
     paths = write_outputs(rows, out)
     print(paths["md"].read_text(), end="")
     print(f"wrote {paths['csv']}, {paths['md']}, {paths['png']}", file=sys.stderr)

@@ -57,9 +57,11 @@ between ``. ! ?`` followed by a space or the end.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from slime_ext.simulate.tasks import Task
 
@@ -117,7 +119,7 @@ class Check:
 class Persona:
     name: str
     preference: str  # hidden from the model; for logs and reports
-    task_kind: str  # "math" or "grading"
+    task_kind: str  # "math", "grading" or "question" (questions.py)
     checks: tuple[Check, ...]
     opener: Callable[[Task], str]
     thanks: str
@@ -209,7 +211,56 @@ TERSE = Persona(
     thanks="ok thanks.",
 )
 
-PERSONAS: dict[str, Persona] = {p.name: p for p in (STUDENT, TEACHER, TERSE)}
+# ------------------------------------------------------------------ one-preference personas (experiment v2)
+
+def _phrasing(phrasings: tuple[str, ...]) -> Callable[[Any], str]:
+    """A correction that states the preference in one of ``phrasings``, picked by the task's id (so a
+    user does not repeat one sentence word for word, and a run is deterministic)."""
+    def correction(task: Any) -> str:
+        return phrasings[int(hashlib.sha256(str(task.id).encode()).hexdigest(), 16) % len(phrasings)]
+    return correction
+
+
+def _preference(name: str, preference: str, test: Callable[[str], bool], phrasings: tuple[str, ...]) -> Persona:
+    """A persona with one standing preference over general questions (``questions.py``): every
+    answer that misses it is followed by the preference, stated as a standing one."""
+    return Persona(name=name, preference=preference, task_kind="question",
+                   checks=(Check(name, lambda t, r: test(r), _phrasing(phrasings)),),
+                   opener=lambda t: t.prompt, thanks="Thanks!")
+
+
+ONE_SENTENCE_MAX_WORDS = 20
+UNDER_TEN_MAX_WORDS = 10
+OPENER = "Sure!"
+GREAT_OPENER = "Great question!"
+
+ONE_SENTENCE = _preference(
+    "one_sentence", f"one sentence of at most {ONE_SENTENCE_MAX_WORDS} words",
+    lambda r: sentence_count(r) == 1 and len(r.split()) <= ONE_SENTENCE_MAX_WORDS,
+    ("From now on, answer in one short sentence.", "Please always keep your answer to one short sentence.",
+     "Next time, just one short sentence please."))
+UNDER_TEN = _preference(
+    "under_ten", f"at most {UNDER_TEN_MAX_WORDS} words", lambda r: 0 < len(r.split()) <= UNDER_TEN_MAX_WORDS,
+    (f"Next time, keep it under {UNDER_TEN_MAX_WORDS} words.",
+     f"From now on, please answer in under {UNDER_TEN_MAX_WORDS} words.",
+     f"Please always keep your answers under {UNDER_TEN_MAX_WORDS} words."))
+SURE = _preference(
+    "sure", f"starts with '{OPENER}'", lambda r: r.lstrip().startswith(OPENER),
+    (f'Please always start your answer with "{OPENER}".', f'From now on, start every answer with "{OPENER}".',
+     f'Next time, begin your answer with "{OPENER}".'))
+GREAT = _preference(
+    "great", f"starts with '{GREAT_OPENER}'", lambda r: r.lstrip().startswith(GREAT_OPENER),
+    (f'Please always start with "{GREAT_OPENER}".', f'From now on, begin every answer with "{GREAT_OPENER}".',
+     f'Next time, start your answer with "{GREAT_OPENER}".'))
+ASKS_BACK = _preference(
+    "asks_back", "ends with a question to the user", lambda r: r.rstrip().endswith("?"),
+    ("Please always end your answer with a follow-up question for me.",
+     "From now on, finish every answer with a question for me.",
+     "Next time, end with a question back to me."))
+
+PERSONAS: dict[str, Persona] = {p.name: p for p in (STUDENT, TEACHER, TERSE, ONE_SENTENCE, UNDER_TEN, SURE, GREAT,
+                                                    ASKS_BACK)}
+PREFERENCE_PERSONAS = ("one_sentence", "under_ten", "sure", "great", "asks_back")
 
 
 def get_persona(name: str) -> Persona:

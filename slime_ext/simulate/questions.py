@@ -1,0 +1,129 @@
+"""General questions with a checkable answer: the tasks of the preference personas and the
+held-out correctness set of the personalization experiment.
+
+Each question has one or more *keys*: lowercase strings of which at least one must appear in a
+correct answer (``is_correct``). The questions are short, factual and within what a small
+instruct model answers; none is among the canary's questions (``trainers/canary_data.py``), so
+the experiment's correctness figure is not what the canary guards.
+
+**Splits** (fixed, independent of seed): ``PREFERENCE_QUESTIONS`` are what a persona asks;
+``preference_tasks("heldout", n)`` are the first ``HELDOUT_PREFERENCE`` of them (never trained
+on; the compliance probe), ``"train"`` the rest, shuffled by the seed. ``CORRECTNESS_QUESTIONS``
+are only ever probed, never asked in training; they are questions the base SmolLM2-135M answers
+correctly at temperature 0, so a drop is forgetting, not noise around a wrong answer.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Question:
+    """One question: ``id`` (unique across both sets), ``prompt`` and its answer ``keys``."""
+
+    id: str
+    prompt: str
+    keys: tuple[str, ...]
+
+PREFERENCE_QUESTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # held out (the compliance probe): the first HELDOUT_PREFERENCE
+    ("What is the capital of Japan?", ("tokyo",)),
+    ("How many hours are in a day?", ("24", "twenty-four")),
+    ("What is the largest ocean on Earth?", ("pacific",)),
+    ("What is the boiling point of water in Celsius?", ("100",)),
+    ("Which animal is known as the king of the jungle?", ("lion",)),
+    ("What is the chemical symbol for gold?", ("au",)),
+    ("How many continents are there?", ("seven", "7")),
+    ("What is the main language spoken in Brazil?", ("portuguese",)),
+    ("What is the capital of Italy?", ("rome",)),
+    ("How many minutes are in an hour?", ("60", "sixty")),
+    ("What is the largest planet in our solar system?", ("jupiter",)),
+    ("What is the freezing point of water in Celsius?", ("0", "zero")),
+    # train
+    ("Which animal is the tallest in the world?", ("giraffe",)),
+    ("What is the chemical symbol for water?", ("h2o",)),
+    ("How many sides does a triangle have?", ("three", "3")),
+    ("What is the main language spoken in Mexico?", ("spanish",)),
+    ("What is the capital of Germany?", ("berlin",)),
+    ("How many months are in a year?", ("twelve", "12")),
+    ("What is the closest star to Earth?", ("sun",)),
+    ("What do cows drink?", ("water",)),
+    ("Which bird is a symbol of peace?", ("dove",)),
+    ("What is the hardest natural substance?", ("diamond",)),
+    ("How many wheels does a bicycle have?", ("two", "2")),
+    ("What is the capital of Spain?", ("madrid",)),
+    ("Which planet is known as the Red Planet?", ("mars",)),
+    ("What is the color of grass?", ("green",)),
+    ("How many legs does a dog have?", ("four", "4")),
+    ("What is the capital of Canada?", ("ottawa",)),
+    ("What do you call a baby cat?", ("kitten",)),
+    ("What is the largest mammal?", ("whale",)),
+    ("What is the opposite of up?", ("down",)),
+    ("What season comes after winter?", ("spring",)),
+    ("How many days are in a year?", ("365",)),
+    ("What is the capital of Egypt?", ("cairo",)),
+    ("What gas do humans breathe in to live?", ("oxygen",)),
+    ("Which organ pumps blood through the body?", ("heart",)),
+    ("What is the currency of the United States?", ("dollar",)),
+    ("What is the capital of Australia?", ("canberra",)),
+    ("How many players are on a soccer team on the field?", ("eleven", "11")),
+    ("What is frozen water called?", ("ice",)),
+)
+HELDOUT_PREFERENCE = 12
+
+CORRECTNESS_QUESTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("What is the capital of the United Kingdom?", ("london",)),
+    ("How many seconds are in a minute?", ("60", "sixty")),
+    ("What is the capital of Russia?", ("moscow",)),
+    ("What is the largest desert in Africa?", ("sahara",)),
+    ("Who painted the Mona Lisa?", ("leonardo", "da vinci")),
+    ("What is the opposite of day?", ("night",)),
+    ("What is the capital of China?", ("beijing",)),
+    ("What is the tallest mountain in the world?", ("everest",)),
+    ("What is the capital of Greece?", ("athens",)),
+    ("What is the capital of Kenya?", ("nairobi",)),
+    ("What is the capital of Sweden?", ("stockholm",)),
+    ("What is the opposite of big?", ("small", "little")),
+    ("What is the opposite of fast?", ("slow",)),
+    ("What is the opposite of happy?", ("sad", "unhappy")),
+    ("What language is spoken in France?", ("french",)),
+    ("What is the capital of South Korea?", ("seoul",)),
+)
+
+
+def is_correct(keys: tuple[str, ...] | list[str], response: str) -> bool:
+    """True when one of ``keys`` (lowercase) appears in ``response`` (case-insensitive)."""
+    text = response.lower()
+    return any(k in text for k in keys)
+
+
+def _task(i: int, kind: str, question: str, keys: tuple[str, ...]) -> Question:
+    return Question(id=f"{kind}-{i}", prompt=question, keys=keys)
+
+
+def preference_tasks(split: str, n: int, seed: int = 0) -> list[Question]:
+    """``n`` questions of ``split`` ("heldout": in a fixed order; "train": shuffled by ``seed``,
+    repeated in a new order when ``n`` is more than there are)."""
+    if split == "heldout":
+        pool = PREFERENCE_QUESTIONS[:HELDOUT_PREFERENCE]
+        if n > len(pool):
+            raise ValueError(f"only {len(pool)} held-out preference questions, asked for {n}")
+        return [_task(i, "question", q, k) for i, (q, k) in enumerate(pool[:n])]
+    if split != "train":
+        raise ValueError(f"unknown split {split!r}; use 'train' or 'heldout'")
+    pool = list(enumerate(PREFERENCE_QUESTIONS))[HELDOUT_PREFERENCE:]
+    rng = random.Random(seed)
+    out: list[Question] = []
+    while len(out) < n:
+        order = pool[:]
+        rng.shuffle(order)
+        out += [_task(i, "question", q, k) for i, (q, k) in order]
+    return out[:n]
+
+
+def correctness_tasks(n: int | None = None) -> list[Question]:
+    """The held-out correctness questions (all, or the first ``n``)."""
+    pool = CORRECTNESS_QUESTIONS if n is None else CORRECTNESS_QUESTIONS[:n]
+    return [_task(i, "correctness", q, k) for i, (q, k) in enumerate(pool)]
