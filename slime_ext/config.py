@@ -66,7 +66,7 @@ class ServeConfig:
     method: str = "combine"
     batch_size: int = 4
     lora_rank: int = 16  # 0: full weights
-    lr: float = 1e-4
+    lr: float = 5e-4  # chosen by the personalization experiment v2 (experiments/personalization/README.md)
     max_staleness: int = 4
     kl_coef: float = 0.0  # KL to the initial policy (the base model); 0: off
     baseline: str = "none"  # advantage baseline: "none" (advantage = verdict) or "running" (EMA of verdicts)
@@ -79,7 +79,7 @@ class ServeConfig:
     # "token" (teacher - rollout in the advantage), or at every position over the teacher's top-k plus a tail
     # bin: "topk" (reverse KL), "forward_kl" or "jsd" (JSD(jsd_beta)); see docs/learning.md
     distill: str = "token"
-    topk: int = 16
+    topk: int = 20  # k >= 20, as the top-k OPD recipes use
     topk_support: str = "teacher"  # the teacher's top-k, or the student's (topk_select: or their overlap)
     # distill "topk_select" (upstream's recipe; docs/learning.md): candidate hints per turn, and how one is chosen
     hint_m: int = 1

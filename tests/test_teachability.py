@@ -189,8 +189,14 @@ def test_opd_drops_a_turn_whose_hint_the_teacher_does_not_follow(tmp_path, tiny)
     assert store.counts()["dropped_by_reason"] == {NOT_FOLLOWED: 4}
 
 
-def test_by_default_an_unfollowed_hint_is_recorded_and_still_distilled(tmp_path, tiny):
-    trainer, store = trainer_for(tmp_path, tiny, "opd", -1, TeachabilityConfig(min_gap=1e9))
+def test_by_default_an_unfollowed_hint_is_not_distilled():
+    from slime_ext.config import ServeConfig
+
+    assert TeachabilityConfig().unfollowed == "skip" and ServeConfig().unfollowed_hints == "skip"
+
+
+def test_train_records_an_unfollowed_hint_and_still_distills_it(tmp_path, tiny):
+    trainer, store = trainer_for(tmp_path, tiny, "opd", -1, TeachabilityConfig(min_gap=1e9, unfollowed="train"))
     m = trainer.step()
     assert m["hinted_turns"] == 4 and m["hints_unfollowed"] == 4
     assert store.teacher_check_summary()["hints_teacher_cannot_follow"] == 4

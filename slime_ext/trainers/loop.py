@@ -66,7 +66,7 @@ class TrainerConfig:
     # tail bin: "topk" (reverse KL), "forward_kl" or "jsd" (JSD(jsd_beta)); see algorithms/divergence.py;
     # "topk_select": upstream's recipe (algorithms/topk_select.py), opd_clip its log-prob-difference clip
     distill: str = "token"
-    topk: int = 16  # k of the top-k distillation
+    topk: int = 20  # k of the top-k distillation (>= 20, as the top-k OPD recipes use)
     # whose top-k: the teacher's, or the student's (keeps the teacher's full log-probs); topk_select: or "overlap"
     topk_support: str = "teacher"
     hint_m: int = 1  # topk_select: candidate hints per turn, from the hint judge's votes
