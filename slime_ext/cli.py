@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 from slime_ext.config import ServeConfig, load_yaml
+from slime_ext.types import Method
 
 
 def _add_serve_args(p: argparse.ArgumentParser) -> None:
@@ -90,7 +91,7 @@ def _add_judge_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
 def _add_learning_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
     """The trainer: method, step size, optimizer, staleness, the canary."""
     p = p.add_argument_group("learning")
-    p.add_argument("--method", choices=["combine", "binary", "opd", "none"],
+    p.add_argument("--method", choices=[m.value for m in Method],
                    help=f"learn from judged turns: combine (verdicts and hints), binary (verdicts: Binary RL), "
                         f"opd (hints: On-Policy Distillation) or none (record only) [{d.method}]")
     p.add_argument("--teacher", choices=["base", "policy"],
@@ -118,6 +119,9 @@ def _add_learning_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
                    help=f"refuse a version whose fraction of generations that stop fell by more than this [{d.canary_max_eos_drop:g}]")
     p.add_argument("--canary-max-length-ratio", type=float,
                    help=f"refuse a version whose mean generated length grew past this x the served one's [{d.canary_max_length_ratio:g}]")
+    p.add_argument("--canary-max-answered-drop", type=float,
+                   help=f"refuse a version that answers this much smaller a fraction of the canary questions than the "
+                        f"first version did [{d.canary_max_answered_drop:g}]")
     p.add_argument("--kl-coef", type=float, help=f"weight of the KL penalty to the initial policy; 0: off [{d.kl_coef:g}]")
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from slime_ext.config import ServeConfig
+from slime_ext.types import Method
 
 if TYPE_CHECKING:
     from slime_ext.models.generation import SamplingDefaults
@@ -91,7 +92,7 @@ def build_judge_worker(cfg: ServeConfig, store, engine=None, tokenizer=None):
         backend = OpenAIJudgeBackend(cfg.judge_url, cfg.judge_model, key)
     judge = Judge(backend, votes=cfg.judge_votes or None, timeout_s=cfg.judge_timeout_s,
                   max_concurrency=cfg.judge_concurrency)
-    hints = HintJudge.from_judge(judge) if cfg.method in ("opd", "combine") else None
+    hints = HintJudge.from_judge(judge) if Method.parse(cfg.method).uses_hints else None
     return JudgeWorker(judge, store, hints=hints)
 
 

@@ -11,6 +11,35 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+class Method(enum.StrEnum):
+    """What the trainer learns from: ``binary`` the judge's verdicts (Binary RL), ``opd`` the
+    hindsight hints (On-Policy Distillation), ``combine`` both; ``none`` records without training.
+    A ``str`` subclass, so configs, YAML and the CLI keep plain strings."""
+
+    COMBINE = "combine"
+    BINARY = "binary"
+    OPD = "opd"
+    NONE = "none"
+
+    @classmethod
+    def parse(cls, value: str) -> Method:
+        """``value`` as a Method; ValueError names the known ones."""
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"method {value!r}: expected {', '.join(m.value for m in cls)}") from None
+
+    @property
+    def uses_hints(self) -> bool:
+        """It trains a teacher term from hints (OPD, Combine)."""
+        return self in (Method.OPD, Method.COMBINE)
+
+    @property
+    def uses_verdicts(self) -> bool:
+        """It trains the judge's verdicts (Binary RL, Combine)."""
+        return self in (Method.BINARY, Method.COMBINE)
+
+
 @dataclass
 class Turn:
     """One served request: exactly the tokens the engine saw and sampled, and how it was classified."""

@@ -179,5 +179,7 @@ def test_combined_advantages_opd_rl_and_their_absence():
     assert torch.allclose(opd, torch.tensor([0.5, -1.0, 5.0, 0.0]))
     with pytest.raises(ValueError, match="do not match"):
         combined_advantages(1, rollout, teacher[:3], w)
-    with pytest.raises(ValueError, match="expected binary, opd or combine"):
+    with pytest.raises(ValueError, match="method 'nope': expected combine, binary, opd, none"):
         AdvantageWeights.for_method("nope")
+    with pytest.raises(ValueError, match="'none' trains nothing"):
+        AdvantageWeights.for_method("none")

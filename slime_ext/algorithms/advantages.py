@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
+from slime_ext.types import Method
+
 
 @dataclass(frozen=True)
 class AdvantageWeights:
@@ -39,21 +41,27 @@ class AdvantageWeights:
     @classmethod
     def for_method(cls, method: str, w_rl: float = 1.0, w_opd: float = 1.0, opd_clip: float = 5.0) -> AdvantageWeights:
         """The weights ``binary``, ``opd`` and ``combine`` mean."""
-        if method == "binary":
-            return cls(w_rl=w_rl, w_opd=0.0, opd_clip=opd_clip)
-        if method == "opd":
-            return cls(w_rl=0.0, w_opd=w_opd, opd_clip=opd_clip)
-        if method == "combine":
-            return cls(w_rl=w_rl, w_opd=w_opd, opd_clip=opd_clip)
-        raise ValueError(f"method {method!r}: expected binary, opd or combine")
+        m = Method.parse(method)
+        if m is Method.NONE:
+            raise ValueError("method 'none' trains nothing: expected binary, opd or combine")
+        return cls(w_rl=w_rl if m.uses_verdicts else 0.0, w_opd=w_opd if m.uses_hints else 0.0, opd_clip=opd_clip)
 
 
 def combined_advantages(reward: float, rollout_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor | None,
                         weights: AdvantageWeights, baseline: float = 0.0) -> torch.Tensor:
     """Per-token advantages of one response (see the module docstring)."""
+    rl = float(reward) - float(baseline) if reward != 0 else 0.0
+    return mix_advantages(rl, rollout_logprobs, teacher_logprobs, weights)
+
+
+def mix_advantages(rl: torch.Tensor | float, rollout_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor | None,
+                   weights: AdvantageWeights) -> torch.Tensor:
+    """``w_rl * rl + w_opd * clip(teacher - rollout, ±opd_clip)`` per token: the one place the
+    OPD term is written. ``rl`` is the reward term, a number for every token (the embedded
+    trainer) or a per-token tensor (Slime's advantages); no teacher, no OPD term."""
     adv = torch.zeros_like(rollout_logprobs, dtype=torch.float32)
-    if weights.w_rl and reward != 0:
-        adv += weights.w_rl * (float(reward) - float(baseline))
+    if weights.w_rl:
+        adv = adv + weights.w_rl * (rl.float() if isinstance(rl, torch.Tensor) else float(rl))
     if weights.w_opd and teacher_logprobs is not None:
         if teacher_logprobs.shape != rollout_logprobs.shape:
             raise ValueError(f"teacher log-probs {tuple(teacher_logprobs.shape)} do not match the response "

@@ -1,8 +1,8 @@
 """Train-side hook: the Combine loss (Binary RL + OPD) on Megatron, with the embedded trainer's math.
 
 ``combine_loss(args, batch, logits, sum_of_sample_mean)`` is Slime's custom-loss signature. The
-per-token advantage is ``combined_advantages``' formula with Slime's own advantages as the reward
-term (the launch scripts choose an estimator that leaves the verdict unnormalized on every token):
+per-token advantage is ``mix_advantages`` (the embedded trainer's formula) with Slime's own
+advantages as the reward term (the launch scripts choose an estimator that leaves the verdict unnormalized on every token):
 
     A = w_rl * advantages + w_opd * clip(teacher_log_probs - rollout_log_probs, ±opd_clip)
 
@@ -28,7 +28,9 @@ from typing import Any, Callable
 import torch
 
 from slime_ext.algorithms import AdvantageWeights, PolicyLossConfig, policy_loss
+from slime_ext.algorithms.advantages import mix_advantages
 from slime_ext.hooks.config import plugin_config
+from slime_ext.types import Method
 
 
 def slime_response_log_probs(args, batch: dict[str, Any], logits: torch.Tensor) -> list[torch.Tensor]:
@@ -46,11 +48,7 @@ def combine_advantages_of(batch: dict[str, Any], weights: AdvantageWeights) -> l
     out = []
     teachers = batch.get("teacher_log_probs") or [None] * len(batch["advantages"])
     for adv, rollout, teacher in zip(batch["advantages"], batch["rollout_log_probs"], teachers):
-        a = weights.w_rl * adv.float()
-        if weights.w_opd and teacher is not None:
-            gap = (teacher.float() - rollout.float()).clamp(-weights.opd_clip, weights.opd_clip)
-            a = a + weights.w_opd * gap
-        out.append(a)
+        out.append(mix_advantages(adv.to(rollout.device), rollout, teacher, weights))
     return out
 
 
@@ -69,7 +67,7 @@ def combine_loss_from_log_probs(batch: dict[str, Any], log_probs: list[torch.Ten
 def loss_settings(args) -> tuple[AdvantageWeights, PolicyLossConfig]:
     """The method's weights from the plugin config, and Slime's PPO clip (``--eps-clip``, ``--eps-clip-high``)."""
     cfg = plugin_config(args)
-    method = cfg.method if cfg.method != "none" else "binary"
+    method = Method.BINARY if cfg.method == Method.NONE else Method.parse(cfg.method)
     weights = AdvantageWeights.for_method(method, cfg.w_rl, cfg.w_opd, cfg.opd_clip)
     config = PolicyLossConfig(eps_low=float(getattr(args, "eps_clip", 0.2)),
                               eps_high=float(getattr(args, "eps_clip_high", None) or getattr(args, "eps_clip", 0.28)))

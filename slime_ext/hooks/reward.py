@@ -17,12 +17,13 @@ from __future__ import annotations
 from typing import Any
 
 from slime_ext.hooks.config import plugin_config
+from slime_ext.types import Method
 
 
 def post_process_rewards(args, samples):
     cfg = plugin_config(args)
     raw = [float(s.reward) if s.reward is not None else 0.0 for s in samples]
-    if cfg.method in ("opd", "combine"):
+    if Method.parse(cfg.method).uses_hints:
         for s in samples:
             teacher = (s.metadata or {}).get("teacher_log_probs")
             s.teacher_log_probs = list(teacher) if teacher is not None else (

@@ -51,7 +51,7 @@ import time
 from typing import Any
 
 from slime_ext.hooks.config import PLUGIN_KEY, plugin_config
-from slime_ext.types import RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
+from slime_ext.types import Method, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ def live_source(args) -> LiveSource:
         if int(getattr(args, "n_samples_per_prompt", 1) or 1) != cfg.group_size:
             raise ValueError(f"--n-samples-per-prompt must equal the plugin's group_size ({cfg.group_size}): each live "
                              "turn is a group of its recorded sample and group_size - 1 fresh ones")
-        if cfg.method in ("opd", "combine") and cfg.teacher != "policy":
+        if Method.parse(cfg.method).uses_hints and cfg.teacher != "policy":
             raise ValueError("teacher: on Slime the teacher is the current policy served by SGLang (it holds no "
                              "frozen base); set teacher: policy (the launch scripts do)")
         if cfg.distill != "token":
@@ -124,7 +124,7 @@ def rollout_temperature_error(cfg, serving_temperature: float, rollout_temperatu
                 f"{serving_temperature:g} (sampling_defaults: {cfg.sampling_defaults}), and Slime must score them at "
                 f"that temperature; set --rollout-temperature {serving:g} (ROLLOUT_TEMPERATURE in the launch scripts) "
                 "or sampling_defaults: openai (1.0)")
-    if abs(rollout_temperature - 1.0) > 1e-6 and cfg.method in ("opd", "combine"):
+    if abs(rollout_temperature - 1.0) > 1e-6 and Method.parse(cfg.method).uses_hints:
         return (f"--rollout-temperature {rollout_temperature:g} with method {cfg.method}: the teacher (and fresh group "
                 "samples) are scored through SGLang at temperature 1, so their log-probs would not compare with the "
                 "rollout's; serve and train at 1 (sampling_defaults: openai, --rollout-temperature 1.0)")
@@ -217,7 +217,7 @@ class LiveSource:
 
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
-            method = self.cfg.method if self.cfg.method != "none" else "binary"
+            method = Method.BINARY if self.cfg.method == Method.NONE else Method.parse(self.cfg.method)
             usable = select_turns(self.store, self.store.trainable_turns(n * 4), method, self.engine.policy_version, n,
                                   check=self._temperature_mismatch)
             if len(usable) == n:
@@ -251,7 +251,7 @@ class LiveSource:
         sample.response = self.tokenizer.decode(row["response_token_ids"], skip_special_tokens=True)
         sample.prompt = row.get("messages") or ""
         sample.weight_versions = [str(row["policy_version"])]
-        if score_teacher and row.get("hint") and self.cfg.method in ("opd", "combine"):
+        if score_teacher and row.get("hint") and Method.parse(self.cfg.method).uses_hints:
             prompt = teacher_prompt_ids(self.renderer, row["messages"], row["hint"], row.get("tools"), row.get("tool_choice"))
             ids = prompt + row["response_token_ids"]
             teacher = self._on_loop(self.engine.score(ids, len(prompt)), timeout_s=600)

@@ -38,14 +38,14 @@ from slime_ext.trainers.groups import GroupConfig, build_group, demonstration
 from slime_ext.trainers.replay import ReplayConfig, replay_metrics, replay_rows, replay_samples
 from slime_ext.trainers.step import Batch, response_logprobs, train_step
 from slime_ext.trainers.teachability import TeachabilityConfig, TeacherChecker, excluded
-from slime_ext.types import Sample
+from slime_ext.types import Method, Sample
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class TrainerConfig:
-    method: str = "binary"  # "binary", "opd" or "combine"
+    method: str = Method.BINARY.value  # a Method: binary, opd or combine
     batch_size: int = 4
     lr: float = 1e-4
     lora_rank: int = 16  # 0: full weights
@@ -141,7 +141,7 @@ class TrainerConfig:
                              f"and implicit_reward_scale > 0")
         if self.sft_coef < 0 or self.sft_samples < 1:
             raise ValueError(f"sft_coef must be >= 0 and sft_samples >= 1; got {self.sft_coef} and {self.sft_samples}")
-        if (self.group_size > 1 or self.sft_coef) and self.method == "binary":
+        if (self.group_size > 1 or self.sft_coef) and not Method.parse(self.method).uses_hints:
             raise ValueError("group_size > 1 and sft_coef need method opd or combine: they need the hinted teacher, "
                              "and binary judges no hints")
         self.teacher_check.validate()
@@ -155,7 +155,7 @@ class TrainerConfig:
             raise ValueError(f"hint_m must be >= 1; got {self.hint_m}")
         if self.distill != "topk_select" and (self.hint_m > 1 or self.topk_support == "overlap"):
             raise ValueError(f"hint_m > 1 and topk_support overlap need distill topk_select (distill is {self.distill})")
-        if self.distill == "topk_select" and self.method == "binary":
+        if self.distill == "topk_select" and not Method.parse(self.method).uses_hints:
             raise ValueError("distill topk_select needs method opd or combine: it distills hinted teachers, and "
                              "binary judges no hints")
 
@@ -165,12 +165,12 @@ DISTILL = ("token", "topk", "forward_kl", "jsd", "topk_select")
 
 def no_signal(method: str, row: dict[str, Any]) -> str | None:
     """Why a judged turn gives ``method`` nothing to learn from, or None when it does."""
-    has_hint = row.get("hint") is not None
-    if method == "binary" and row["verdict"] == 0:
+    has_hint, m = row.get("hint") is not None, Method.parse(method)
+    if m is Method.BINARY and row["verdict"] == 0:
         return "verdict 0 (ambiguous): no training signal"
-    if method == "opd" and not has_hint:
+    if m is Method.OPD and not has_hint:
         return "no hint: nothing to distill" if row.get("hint_judged_at") else "no hint: not judged for hints"
-    if method == "combine" and row["verdict"] == 0 and not has_hint:
+    if m is Method.COMBINE and row["verdict"] == 0 and not has_hint:
         return "verdict 0 and no hint: no training signal"
     return None
 
@@ -272,7 +272,7 @@ class InitialPolicy:
 
     def __init__(self, model, config: TrainerConfig) -> None:
         self.model = model
-        needed = bool(config.loss.kl_coef) or (config.method != "binary" and config.teacher == "base")
+        needed = bool(config.loss.kl_coef) or (Method.parse(config.method).uses_hints and config.teacher == "base")
         self.frozen = None
         if config.lora_rank <= 0 and needed:
             import copy
@@ -299,7 +299,7 @@ class OnlineTrainer:
         self.model = model
         self.canary = canary  # a trainers.canary.Canary: gates each new version before it is saved
         self.renderer = renderer  # a PromptRenderer for the teacher's prompts (OPD / Combine)
-        if config.method != "binary" and renderer is None:
+        if Method.parse(config.method).uses_hints and renderer is None:
             raise ValueError(f"method {config.method}: the trainer needs a PromptRenderer for the teacher prompts")
         _ = config.weights  # validates the method
         config.validate()
@@ -445,7 +445,7 @@ class OnlineTrainer:
 
     def _teach(self, row: dict[str, Any]) -> str | None:
         """Score a hinted row with the teacher (OPD / Combine) before it is taken; why not, or None."""
-        if row.get("hint") and self.config.method != "binary":
+        if row.get("hint") and Method.parse(self.config.method).uses_hints:
             return self.score_with_teacher(row) or self.select_hint(row) or self.check_teacher(row)
         return None
 

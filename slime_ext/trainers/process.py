@@ -23,6 +23,7 @@ from typing import Any
 
 from slime_ext.trainers.canary import read_status as read_canary_status
 from slime_ext.trainers.loop import latest_checkpoint
+from slime_ext.types import Method
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ def trainer_main(model: str, run_dir: str, config: dict[str, Any], poll_s: float
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     # the teacher re-renders each hinted prompt as the server rendered it
-    renderer = PromptRenderer(tokenizer) if cfg.method != "binary" else None
+    renderer = PromptRenderer(tokenizer) if Method.parse(cfg.method).uses_hints else None
     store = Store(run_dir)
     trainer = OnlineTrainer(wrap_lora(model, cfg), store, run_dir, cfg, renderer=renderer,
                             canary=make_canary(cfg.canary, tokenizer, store, run_dir))

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from slime_ext.types import Sample
+from slime_ext.types import Method, Sample
 
 
 @dataclass
@@ -33,7 +33,7 @@ class ReplayConfig:
         if self.turns < 0 or self.steps < 1 or self.budget_s <= 0:
             raise ValueError(f"replay_turns must be >= 0, replay_steps >= 1 and replay_budget_s > 0; got "
                              f"{self.turns}, {self.steps} and {self.budget_s}")
-        if self.turns and method == "binary":
+        if self.turns and not Method.parse(method).uses_hints:
             raise ValueError("replay_turns > 0 needs method opd or combine: a replayed turn is taught by the "
                              "teacher under the user's preferences, and binary has no teacher")
         if self.turns and distill == "topk_select":

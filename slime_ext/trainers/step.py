@@ -29,7 +29,7 @@ from slime_ext.algorithms.divergence import Divergence, topk_divergence_loss
 from slime_ext.algorithms.topk import gather_log_softmax
 from slime_ext.algorithms.topk_select import SelectedSupport, topk_select_loss
 from slime_ext.logprobs import output_logits, scoring_temperature
-from slime_ext.types import Sample
+from slime_ext.types import Method, Sample
 
 
 @dataclass
@@ -52,7 +52,7 @@ class Batch:
         return self.temperatures[i] if self.temperatures is not None else 1.0
 
 
-BINARY = AdvantageWeights.for_method("binary")
+BINARY = AdvantageWeights.for_method(Method.BINARY)
 
 
 def collate(samples: list[Sample], pad_id: int = 0, baseline: float = 0.0, weights: AdvantageWeights = BINARY) -> Batch:
