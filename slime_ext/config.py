@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from slime_ext.trainers.canary import CanaryConfig
 from slime_ext.trainers.replay import ReplayConfig
 from slime_ext.trainers.teachability import TeachabilityConfig
+from slime_ext.types import Method
 
 if TYPE_CHECKING:
     from slime_ext.trainers.loop import TrainerConfig
@@ -63,7 +64,7 @@ class ServeConfig:
     judge_concurrency: int = 4
     # learning: "combine" (verdicts and hints), "binary" (verdicts: Binary RL), "opd" (hints: On-Policy
     # Distillation), all in a trainer process; or "none" (serve and record only)
-    method: str = "combine"
+    method: str = Method.COMBINE.value
     batch_size: int = 4
     lora_rank: int = 16  # 0: full weights
     lr: float = 5e-4  # chosen by the personalization experiment v2 (experiments/personalization/README.md)
@@ -90,6 +91,7 @@ class ServeConfig:
     canary_min_distinct_ratio: float = _CANARY.min_distinct_ratio  # x the served version's distinct-2
     canary_max_eos_drop: float = _CANARY.max_eos_drop  # fall of the fraction of generations that stop
     canary_max_length_ratio: float = _CANARY.max_length_ratio  # x the served version's mean length
+    canary_max_answered_drop: float = _CANARY.max_answered_drop  # canary questions answered, since the first version
     jsd_beta: float = 0.5
     # groups of fresh on-policy samples per hinted turn, drawn by the trainer (1: the recorded response alone)
     group_size: int = 1
@@ -104,7 +106,7 @@ class ServeConfig:
     teacher_min_gap: float = _TEACH.min_gap  # nats/token the hint must add to the teacher's own answer
     teacher_check_tokens: int = _TEACH.max_new_tokens  # length of the teacher's greedy answer
     teacher_checks_per_hint: int = _TEACH.per_hint  # prompts a hint is measured on, then its median is reused
-    unfollowed_hints: str = _TEACH.unfollowed  # "train" (trained anyway, shown) or "skip" (no teacher term)
+    unfollowed_hints: str = "skip"  # "skip" (no teacher term) or "train"; serve's default, by the experiment v2
     # preference replay (trainers/replay.py; docs/learning.md): earlier turns per user re-taught under all
     # of the user's standing preferences, and optimizer passes per step within a time budget
     replay_turns: int = _REPLAY.turns
@@ -132,7 +134,8 @@ class ServeConfig:
         """The trainer's canary settings, taken from these."""
         return CanaryConfig(enabled=self.canary, max_nll_rise=self.canary_max_nll_rise,
                             min_distinct_ratio=self.canary_min_distinct_ratio, max_eos_drop=self.canary_max_eos_drop,
-                            max_length_ratio=self.canary_max_length_ratio)
+                            max_length_ratio=self.canary_max_length_ratio,
+                            max_answered_drop=self.canary_max_answered_drop)
 
     def resolved_run_dir(self) -> Path:
         return Path(self.run_dir or os.path.join("runs", time.strftime("%Y%m%d-%H%M%S")))
@@ -155,8 +158,7 @@ class ServeConfig:
             raise ValueError(f"judge {self.judge!r}: expected heuristic, self, openai or off")
         if self.judge == "openai" and (not self.judge_url or not self.judge_model):
             raise ValueError("judge openai needs judge_url and judge_model (--judge-url, --judge-model)")
-        if self.method not in ("none", "binary", "opd", "combine"):
-            raise ValueError(f"method {self.method!r}: expected combine, binary, opd or none")
+        Method.parse(self.method)
         from slime_ext.models.generation import CHOICES
 
         if self.sampling_defaults not in CHOICES:

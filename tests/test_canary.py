@@ -17,6 +17,7 @@ from slime_ext.trainers.canary import (
     Canary,
     CanaryConfig,
     CanaryFigures,
+    answered,
     distinct_n,
     generation_figures,
     read_status,
@@ -70,6 +71,25 @@ def test_changes_within_the_thresholds_and_improvements_pass():
     assert regressions(short, CanaryFigures(1.3, 0.9, 1.0, 11.0), cfg) != []
 
 
+def test_answered_counts_answers_holding_a_key():
+    assert answered(["The capital is Paris.", "SmolLM", "Seven days."], [("paris",), ("blue",), ("seven", "7")]) == \
+        pytest.approx(2 / 3)
+    assert answered([], []) == 1.0
+
+
+def test_answers_are_compared_with_the_first_version_so_a_slow_drift_is_refused():
+    """Each step loses one answer in eight: no step-to-step rule fires, the drift since the first does."""
+    cfg = CanaryConfig()
+    first = CanaryFigures(1.30, 0.86, 0.67, 20.0, answered=0.875)
+    served = CanaryFigures(1.30, 0.86, 0.67, 20.0, answered=0.75)
+    slightly = CanaryFigures(1.30, 0.86, 0.67, 20.0, answered=0.625)
+    assert regressions(served, slightly, cfg) == []  # against the served one alone: -0.125 passes
+    assert regressions(served, slightly, cfg, first) == []  # -0.25 since the first: at the limit
+    drifted = CanaryFigures(1.30, 0.86, 0.67, 20.0, answered=0.5)
+    reasons = regressions(served, drifted, cfg, first)
+    assert len(reasons) == 1 and "canary questions answered fell 0.88 -> 0.50 since the first" in reasons[0]
+
+
 def test_bad_canary_settings_are_refused_by_name():
     from slime_ext.config import ServeConfig
 
@@ -82,8 +102,9 @@ def test_bad_canary_settings_are_refused_by_name():
 def test_cli_maps_the_canary_flags_onto_the_trainer_config():
     from slime_ext.cli import build_parser, serve_config
 
-    cfg = serve_config(build_parser().parse_args(["serve", "--no-canary", "--canary-max-nll-rise", "0.5"]))
-    assert cfg.trainer_config().canary == CanaryConfig(enabled=False, max_nll_rise=0.5)
+    cfg = serve_config(build_parser().parse_args(["serve", "--no-canary", "--canary-max-nll-rise", "0.5",
+                                                  "--canary-max-answered-drop", "0.5"]))
+    assert cfg.trainer_config().canary == CanaryConfig(enabled=False, max_nll_rise=0.5, max_answered_drop=0.5)
     assert serve_config(build_parser().parse_args(["serve"])).trainer_config().canary.enabled  # on by default
 
 
@@ -110,7 +131,7 @@ def test_user_prompts_are_recent_distinct_short_and_re_chosen_every_refresh(tmp_
     probes = []
     canary.probe = lambda model: probes.append(list(canary.prompts)) or BASE
     canary.prepare(None)
-    assert probes[-1] == canary.questions[:4] + [[1, 2], [3, 4]] and len(probes) == 1
+    assert probes[-1] == canary.questions[:CanaryConfig().prompts] + [[1, 2], [3, 4]] and len(probes) == 1
     for _ in range(2):  # two accepted versions: the served figures are the candidates', no re-measure
         canary.prepare(None)
         assert not canary.check(None, 1).refused

@@ -189,10 +189,11 @@ def test_opd_drops_a_turn_whose_hint_the_teacher_does_not_follow(tmp_path, tiny)
     assert store.counts()["dropped_by_reason"] == {NOT_FOLLOWED: 4}
 
 
-def test_by_default_an_unfollowed_hint_is_not_distilled():
+def test_serve_by_default_does_not_distill_an_unfollowed_hint():
     from slime_ext.config import ServeConfig
 
-    assert TeachabilityConfig().unfollowed == "skip" and ServeConfig().unfollowed_hints == "skip"
+    assert ServeConfig().unfollowed_hints == "skip"
+    assert ServeConfig().trainer_config().teacher_check.unfollowed == "skip"
 
 
 def test_train_records_an_unfollowed_hint_and_still_distills_it(tmp_path, tiny):

@@ -9,12 +9,16 @@ in whatever is written), the trainer probes the updated model off the serving pa
 - greedy generations (``max_new_tokens``) for a few of those questions and a few of the user's own
   recent prompts: ``distinct2`` (distinct bigrams over all generated bigrams, pooled: it falls with
   repetition inside a reply and with the same reply to every prompt), ``eos_rate`` (the fraction
-  that ended with an end-of-turn token) and ``mean_length`` (new tokens).
+  that ended with an end-of-turn token), ``mean_length`` (new tokens) and ``answered`` (the
+  fraction of the canary questions' generations that contain a key of the reference answer).
 
 The figures are compared with the served version's, measured on the same prompts (cached: the
 base model's before the first step, then each accepted version's; the user's prompts are re-chosen
 every ``refresh_every`` accepted versions, the served version then re-measured). ``regressions``
-states the rule. A refused version is never written: the trainer restores the weights and
+states the rule. ``answered`` is compared with the *first* version the trainer measured (the base
+model on a fresh run; kept in ``canary.json`` across restarts), not only with the served one: a
+policy that drifts, step by step, from answering questions to answering something else (a judge
+that rewards only the style) passes every step-to-step comparison and fails this one. A refused version is never written: the trainer restores the weights and
 optimizer state it had before the step (``snapshot``), the previous version keeps serving, and the
 refusal is recorded with its reasons and figures in ``<run_dir>/canary.json`` (``/healthz``,
 ``/metrics``), on the step's turns (dropped with the reason: ``openclaw-rl records``) and as a
@@ -47,7 +51,8 @@ class CanaryConfig:
     min_distinct_ratio: float = 0.75  # distinct-2 may not fall below this x the served version's
     max_eos_drop: float = 0.25  # the fraction of generations that stop may fall by at most this
     max_length_ratio: float = 1.5  # mean generated length may grow to at most this x the served version's
-    prompts: int = 4  # canary questions generated for (all are scored for the NLL)
+    max_answered_drop: float = 0.25  # the fraction of canary questions answered may fall by at most this since the first version
+    prompts: int = 8  # canary questions generated for (all are scored for the NLL)
     user_prompts: int = 2  # the user's own recent prompts generated for
     max_new_tokens: int = 24
     max_prompt_tokens: int = 256  # longer user prompts are not used (their prefill would dominate the probe)
@@ -55,7 +60,7 @@ class CanaryConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming a setting that cannot work."""
-        for name in ("max_nll_rise", "min_distinct_ratio", "max_eos_drop", "max_length_ratio"):
+        for name in ("max_nll_rise", "min_distinct_ratio", "max_eos_drop", "max_length_ratio", "max_answered_drop"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"canary_{name} must be >= 0, got {getattr(self, name)}")
         for name in ("prompts", "max_new_tokens", "max_prompt_tokens", "refresh_every"):
@@ -71,6 +76,7 @@ class CanaryFigures:
     distinct2: float
     eos_rate: float
     mean_length: float
+    answered: float = 1.0  # the fraction of the canary questions generated for whose answer holds a key
 
 
 @dataclass
@@ -88,7 +94,8 @@ class CanaryResult:
         """The step metrics (scalars, trainer state) this check adds."""
         a = self.after
         return {"canary_nll": a.nll, "canary_nll_rise": a.nll - self.before.nll, "canary_distinct2": a.distinct2,
-                "canary_eos_rate": a.eos_rate, "canary_length": a.mean_length, "canary_s": self.seconds,
+                "canary_eos_rate": a.eos_rate, "canary_length": a.mean_length, "canary_answered": a.answered,
+                "canary_s": self.seconds,
                 "canary_refused": int(self.refused)}
 
 
@@ -107,11 +114,20 @@ def generation_figures(responses: Sequence[Sequence[int]], stopped: Sequence[boo
             sum(len(r) for r in responses) / len(responses))
 
 
-def regressions(before: CanaryFigures, after: CanaryFigures, cfg: CanaryConfig) -> list[str]:
+def answered(texts: Sequence[str], keys: Sequence[Sequence[str]]) -> float:
+    """The fraction of ``texts`` that contain one of their ``keys`` (lowercase; case-insensitive)."""
+    if not texts:
+        return 1.0
+    return sum(any(k in t.lower() for k in ks) for t, ks in zip(texts, keys)) / len(texts)
+
+
+def regressions(before: CanaryFigures, after: CanaryFigures, cfg: CanaryConfig,
+                first: CanaryFigures | None = None) -> list[str]:
     """Why ``after`` may not replace ``before`` (empty: it may). Each rule bounds one regression:
     the NLL rise (absolute, nats/token), distinct-2 (relative; a fall under 0.05 always passes:
-    a handful of bigrams), the EOS rate (absolute) and the length (relative; a growth of at most 4
-    tokens always passes, so short replies may grow)."""
+    a handful of bigrams), the EOS rate (absolute), the length (relative; a growth of at most 4
+    tokens always passes, so short replies may grow), and the canary questions answered since the
+    ``first`` version (absolute; default ``before``)."""
     figures = asdict(after)
     bad = [k for k, v in figures.items() if not math.isfinite(v)]
     if bad:
@@ -127,6 +143,10 @@ def regressions(before: CanaryFigures, after: CanaryFigures, cfg: CanaryConfig) 
     if after.mean_length > max(cfg.max_length_ratio * before.mean_length, before.mean_length + 4):
         reasons.append(f"mean length grew {before.mean_length:.1f} -> {after.mean_length:.1f} tokens "
                        f"(limit {cfg.max_length_ratio:g}x)")
+    first = first or before
+    if after.answered < first.answered - cfg.max_answered_drop - 1e-9:
+        reasons.append(f"canary questions answered fell {first.answered:.2f} -> {after.answered:.2f} since the first "
+                       f"version (limit -{cfg.max_answered_drop:g})")
     return reasons
 
 
@@ -203,12 +223,16 @@ class Canary:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         renderer = PromptRenderer(tokenizer)
         end = [tokenizer.convert_tokens_to_ids("<|im_end|>")] if "<|im_end|>" in tokenizer.get_vocab() else list(self.stop_ids[:1])
-        self.questions = [renderer.render([{"role": "user", "content": q}], []) for q, _ in CANARY_QA]
-        self.pairs = [(q, tokenizer.encode(a, add_special_tokens=False) + end) for q, (_, a) in zip(self.questions, CANARY_QA)]
+        self.tokenizer = tokenizer
+        self.questions = [renderer.render([{"role": "user", "content": q}], []) for q, _, _ in CANARY_QA]
+        self.pairs = [(q, tokenizer.encode(a, add_special_tokens=False) + end)
+                      for q, (_, a, _) in zip(self.questions, CANARY_QA)]
+        self.keys = [k for _, _, k in CANARY_QA]
         self.prompts: list[list[int]] = []
         self.before: CanaryFigures | None = None
         self.age = 0
         self.status = self._read_status()
+        self.first = CanaryFigures(**self.status["first"]) if "first" in self.status else None
 
     def user_prompts(self) -> list[list[int]]:
         """The user's most recent distinct judged prompts (at most ``user_prompts``, none too long)."""
@@ -230,7 +254,9 @@ class Canary:
             responses, stopped = greedy(model, self.prompts, self.config.max_new_tokens, self.stop_ids, self.pad_id)
         finally:
             model.train(was_training)
-        return CanaryFigures(nll, *generation_figures(responses, stopped))
+        asked = min(self.config.prompts, len(self.questions))
+        texts = [self.tokenizer.decode(r, skip_special_tokens=True) for r in responses[:asked]]
+        return CanaryFigures(nll, *generation_figures(responses, stopped), answered(texts, self.keys[:asked]))
 
     def prepare(self, model) -> None:
         """Before a step: measure the served version (``model`` as it is) when there are no figures
@@ -240,13 +266,16 @@ class Canary:
         self.prompts = self.questions[: self.config.prompts] + self.user_prompts()
         self.before = self.probe(model)
         self.age = 0
+        if self.first is None:
+            self.first = self.before
+            self.status["first"] = asdict(self.first)
 
     def check(self, model, version: int) -> CanaryResult:
         """Measure the candidate ``version`` (``model`` after the step) against the served one; record it."""
         assert self.before is not None, "prepare() before check()"
         started = time.perf_counter()
         after = self.probe(model)
-        result = CanaryResult(self.before, after, regressions(self.before, after, self.config),
+        result = CanaryResult(self.before, after, regressions(self.before, after, self.config, self.first),
                               time.perf_counter() - started)
         if result.refused:
             log.warning("canary refused version %d: %s; the previous version keeps serving",

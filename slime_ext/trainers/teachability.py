@@ -34,6 +34,8 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
+from slime_ext.types import Method
+
 UNFOLLOWED = ("skip", "train")  # what a hint the teacher does not follow gets: no teacher term, or trained anyway
 NOT_FOLLOWED = "teacher does not follow the hint"  # the start of a dropped turn's reason
 
@@ -44,7 +46,7 @@ class TeachabilityConfig:
     min_gap: float = 0.15  # the hint's median nats/token added to the teacher's own answer (docs/learning.md)
     max_new_tokens: int = 48  # length bound of the teacher's greedy answer
     per_hint: int = 4  # distinct prompts a hint is measured on; later turns reuse its median (0: every prompt)
-    unfollowed: str = "skip"  # "skip": no teacher term (Binary RL keeps the verdict); "train": trained anyway (shown, counted)
+    unfollowed: str = "train"  # "train": trained anyway (shown, counted); "skip": no teacher term (serve's default)
 
     def validate(self) -> None:
         """Raise ValueError naming the setting that cannot work."""
@@ -187,6 +189,6 @@ def excluded(method: str, verdict: int, check: TeacherCheck, config: Teachabilit
     when nothing else is left to learn from it (OPD, or Combine with a zero verdict)."""
     if check.follows or config.unfollowed == "train":
         return False, None
-    if method == "opd" or verdict == 0:
+    if method == Method.OPD or verdict == 0:
         return True, check.reason
     return True, None
