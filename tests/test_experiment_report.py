@@ -72,14 +72,14 @@ class _Answers:
 def test_teacher_compliance_asks_the_hinted_prompt_only_where_the_base_answer_fails():
     sure = get_persona("sure")
     tasks = preference_tasks("heldout", 3)
-    base = ["Sure! It is Tokyo.", "There are 24 hours.", None]
+    base = ["Sure! It is Tokyo.", "It is the Pacific.", None]
     hinted = [teacher_messages([{"role": "user", "content": tasks[1].prompt}],
                                heuristic_hint(sure.reply(tasks[1], base[1]), "user"))[-1]["content"]]
-    client = _Answers({hinted[0]: "Sure! 24."})
+    client = _Answers({hinted[0]: "Sure! The Pacific."})
     assert teacher_compliance(client, sure, tasks, base) == 1.0  # the passing answer and the hinted one
     assert [a for a, _, _ in client.asked] == hinted
     assert all(h["X-Turn-Type"] == "side" and s == {"temperature": 0.0} for _, h, s in client.asked)
-    client = _Answers({hinted[0]: "There are 24 hours."})
+    client = _Answers({hinted[0]: "It is the Pacific."})
     assert teacher_compliance(client, sure, tasks, base) == 0.5
 
 

@@ -7,21 +7,25 @@ from __future__ import annotations
 import pytest
 
 from slime_ext.judge.heuristic import heuristic_hint, heuristic_vote
-from slime_ext.simulate.personas import PREFERENCE_PERSONAS, get_persona
+from slime_ext.simulate.personas import NOT_ANSWERED, PREFERENCE_PERSONAS, get_persona
 from slime_ext.simulate.questions import (
-    CORRECTNESS_QUESTIONS, HELDOUT_PREFERENCE, PREFERENCE_QUESTIONS, correctness_tasks, is_correct, preference_tasks,
+    CORRECTNESS_QUESTIONS,
+    HELDOUT_PREFERENCE,
+    PREFERENCE_QUESTIONS,
+    correctness_tasks,
+    is_correct,
+    preference_tasks,
 )
 
-# persona -> (an answer that keeps the preference, one that misses it, words the hint must carry)
+# persona -> (an answer that keeps the preference, one that misses it, words the hint must carry); {a} is the answer
 CASES = {
-    "one_sentence": ("The capital of Italy is Rome.",
-                     "The capital of Italy is Rome. It is a very old city with many famous buildings.",
+    "one_sentence": ("The answer is {a}.", "The answer is {a}. It is a well known fact that many people know.",
                      ("one", "sentence")),
-    "under_ten": ("Rome is the capital of Italy.",
-                  "The capital of Italy is Rome, a city full of history, art and wonderful food.", ("10 words",)),
-    "sure": ("Sure! The capital of Italy is Rome.", "The capital of Italy is Rome.", ('"Sure!"',)),
-    "great": ("Great question! It is Rome.", "The capital of Italy is Rome.", ('"Great question!"',)),
-    "asks_back": ("It is Rome. Have you been there?", "The capital of Italy is Rome.", ("question",)),
+    "under_ten": ("It is {a}.", "The answer to your question is {a}, which many people know very well.",
+                  ("10 words",)),
+    "sure": ("Sure! The answer is {a}.", "The answer is {a}.", ('"Sure!"',)),
+    "great": ("Great question! It is {a}.", "The answer is {a}.", ('"Great question!"',)),
+    "asks_back": ("It is {a}. Did you know that?", "The answer is {a}.", ("question",)),
 }
 
 
@@ -32,10 +36,11 @@ def test_every_preference_persona_has_a_case():
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_keeping_the_preference_is_thanked_and_judged_good(name):
     persona = get_persona(name)
-    good, _, _ = CASES[name]
+    good = CASES[name][0]
     for task in preference_tasks("train", 6, 0):
-        assert persona.score(task, good) == 1.0
-        reply = persona.reply(task, good)
+        answer = good.format(a=task.keys[0])
+        assert persona.score(task, answer) == 1.0
+        reply = persona.reply(task, answer)
         assert reply == persona.thanks
         assert heuristic_vote(reply, "user", request=task.prompt) == 1
 
@@ -46,13 +51,26 @@ def test_missing_the_preference_is_corrected_as_a_standing_preference(name):
     _, bad, words = CASES[name]
     phrasings = set()
     for task in preference_tasks("train", 12, 0):
-        assert persona.score(task, bad) == 0.0
-        reply = persona.reply(task, bad)
+        answer = bad.format(a=task.keys[0])
+        assert persona.score(task, answer) == 0.0
+        reply = persona.reply(task, answer)
         phrasings.add(reply)
         assert heuristic_vote(reply, "user", request=task.prompt) == -1, reply
         hint = heuristic_hint(reply, "user")
         assert hint and all(w.lower() in hint.lower() for w in words), (reply, hint)
     assert len(phrasings) >= 2  # a user does not repeat one sentence word for word
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_an_answer_that_does_not_answer_is_never_compliant(name):
+    """Complying by no longer answering (a collapse seen in the experiment: "SmolLM") scores 0 and
+    draws a complaint the judge reads as -1."""
+    persona = get_persona(name)
+    task = preference_tasks("train", 1, 0)[0]
+    answer = CASES[name][0].format(a="something else")
+    assert persona.score(task, answer) == 0.0
+    reply = persona.reply(task, answer)
+    assert reply == NOT_ANSWERED and heuristic_vote(reply, "user", request=task.prompt) == -1
 
 
 def test_questions_splits_are_fixed_disjoint_and_cover_the_train_set():

@@ -53,6 +53,15 @@ between ``. ! ?`` followed by a space or the end.
   4. ``sign_off``: ends with ``SIGN_OFF`` ("— done", an em dash), trailing whitespace ignored.
      "You should always end with — done."
   Thanks: "ok thanks."
+
+
+One-preference personas (``PREFERENCE_PERSONAS``, the experiment v2) ask general questions
+(``questions.py``) and hold one standing preference each: ``one_sentence`` (one sentence of at
+most 20 words), ``under_ten`` (at most 10 words), ``sure`` (starts with "Sure!"), ``great``
+(starts with "Great question!"), ``asks_back`` (ends with a question). An answer must also
+answer the question (hold one of its keys); the correction names what is missing ("You didn't
+answer my question." and / or the preference, in one of three phrasings a user would use), and
+the score is 1 only when both hold.
 """
 
 from __future__ import annotations
@@ -63,6 +72,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from slime_ext.simulate.questions import is_correct
 from slime_ext.simulate.tasks import Task
 
 STUDENT_MAX_WORDS = 40
@@ -123,6 +133,7 @@ class Persona:
     checks: tuple[Check, ...]
     opener: Callable[[Task], str]
     thanks: str
+    all_or_nothing: bool = False  # score 1 only when every check passes (the one-preference personas)
 
     def first_message(self, task: Task) -> str:
         return self.opener(task)
@@ -131,8 +142,11 @@ class Persona:
         return [c for c in self.checks if not c.test(task, response)]
 
     def score(self, task: Task, response: str) -> float:
-        """The fraction of checks passed, in ``[0, 1]``."""
-        return 1.0 - len(self.failed(task, response)) / len(self.checks)
+        """The fraction of checks passed, in ``[0, 1]`` (``all_or_nothing``: 1 or 0)."""
+        failed = len(self.failed(task, response))
+        if self.all_or_nothing:
+            return float(failed == 0)
+        return 1.0 - failed / len(self.checks)
 
     def reply(self, task: Task, response: str) -> str:
         """Thanks when every check passes, else one correction sentence per failed check."""
@@ -221,12 +235,18 @@ def _phrasing(phrasings: tuple[str, ...]) -> Callable[[Any], str]:
     return correction
 
 
+NOT_ANSWERED = "You didn't answer my question."
+
+
 def _preference(name: str, preference: str, test: Callable[[str], bool], phrasings: tuple[str, ...]) -> Persona:
-    """A persona with one standing preference over general questions (``questions.py``): every
-    answer that misses it is followed by the preference, stated as a standing one."""
-    return Persona(name=name, preference=preference, task_kind="question",
-                   checks=(Check(name, lambda t, r: test(r), _phrasing(phrasings)),),
-                   opener=lambda t: t.prompt, thanks="Thanks!")
+    """A persona with one standing preference over general questions (``questions.py``). An answer
+    must answer the question (hold one of its keys: else "You didn't answer my question.") and
+    keep the preference (else the preference, stated as a standing one); it scores 1 only when
+    both hold, so a policy cannot comply by no longer answering."""
+    return Persona(name=name, preference=f"answers the question, {preference}", task_kind="question",
+                   checks=(Check("answers", lambda t, r: is_correct(t.keys, r), lambda t: NOT_ANSWERED),
+                           Check(name, lambda t, r: test(r), _phrasing(phrasings))),
+                   opener=lambda t: t.prompt, thanks="Thanks!", all_or_nothing=True)
 
 
 ONE_SENTENCE_MAX_WORDS = 20

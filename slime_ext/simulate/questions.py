@@ -2,9 +2,10 @@
 held-out correctness set of the personalization experiment.
 
 Each question has one or more *keys*: lowercase strings of which at least one must appear in a
-correct answer (``is_correct``). The questions are short, factual and within what a small
-instruct model answers; none is among the canary's questions (``trainers/canary_data.py``), so
-the experiment's correctness figure is not what the canary guards.
+correct answer (``is_correct``). The questions are short and factual, and every one of them is
+answered correctly (a key within 40 tokens) by the base SmolLM2-135M at temperature 0, so what
+the experiment measures is the user's preference and any forgetting, not the 135M model's gaps
+(it calls the lion a jaguar); none is among the canary's questions (``trainers/canary_data.py``).
 
 **Splits** (fixed, independent of seed): ``PREFERENCE_QUESTIONS`` are what a persona asks;
 ``preference_tasks("heldout", n)`` are the first ``HELDOUT_PREFERENCE`` of them (never trained
@@ -30,46 +31,54 @@ class Question:
 PREFERENCE_QUESTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # held out (the compliance probe): the first HELDOUT_PREFERENCE
     ("What is the capital of Japan?", ("tokyo",)),
-    ("How many hours are in a day?", ("24", "twenty-four")),
     ("What is the largest ocean on Earth?", ("pacific",)),
-    ("What is the boiling point of water in Celsius?", ("100",)),
-    ("Which animal is known as the king of the jungle?", ("lion",)),
     ("What is the chemical symbol for gold?", ("au",)),
-    ("How many continents are there?", ("seven", "7")),
     ("What is the main language spoken in Brazil?", ("portuguese",)),
-    ("What is the capital of Italy?", ("rome",)),
-    ("How many minutes are in an hour?", ("60", "sixty")),
-    ("What is the largest planet in our solar system?", ("jupiter",)),
-    ("What is the freezing point of water in Celsius?", ("0", "zero")),
+    ("What is the capital of Canada?", ("ottawa",)),
+    ("What is the opposite of early?", ("late",)),
+    ("What is the capital of Peru?", ("lima",)),
+    ("Which animal says meow?", ("cat",)),
+    ("What do chickens lay?", ("egg",)),
+    ("What is the opposite of full?", ("empty",)),
+    ("What language is spoken in Italy?", ("italian",)),
+    ("What is the capital of Indonesia?", ("jakarta",)),
     # train
-    ("Which animal is the tallest in the world?", ("giraffe",)),
     ("What is the chemical symbol for water?", ("h2o",)),
     ("How many sides does a triangle have?", ("three", "3")),
     ("What is the main language spoken in Mexico?", ("spanish",)),
     ("What is the capital of Germany?", ("berlin",)),
-    ("How many months are in a year?", ("twelve", "12")),
-    ("What is the closest star to Earth?", ("sun",)),
-    ("What do cows drink?", ("water",)),
-    ("Which bird is a symbol of peace?", ("dove",)),
-    ("What is the hardest natural substance?", ("diamond",)),
-    ("How many wheels does a bicycle have?", ("two", "2")),
-    ("What is the capital of Spain?", ("madrid",)),
     ("Which planet is known as the Red Planet?", ("mars",)),
-    ("What is the color of grass?", ("green",)),
     ("How many legs does a dog have?", ("four", "4")),
-    ("What is the capital of Canada?", ("ottawa",)),
-    ("What do you call a baby cat?", ("kitten",)),
     ("What is the largest mammal?", ("whale",)),
     ("What is the opposite of up?", ("down",)),
-    ("What season comes after winter?", ("spring",)),
-    ("How many days are in a year?", ("365",)),
     ("What is the capital of Egypt?", ("cairo",)),
-    ("What gas do humans breathe in to live?", ("oxygen",)),
     ("Which organ pumps blood through the body?", ("heart",)),
     ("What is the currency of the United States?", ("dollar",)),
     ("What is the capital of Australia?", ("canberra",)),
-    ("How many players are on a soccer team on the field?", ("eleven", "11")),
-    ("What is frozen water called?", ("ice",)),
+    ("What is the capital of Ireland?", ("dublin",)),
+    ("What is the capital of Norway?", ("oslo",)),
+    ("What is the capital of Poland?", ("warsaw",)),
+    ("What is the capital of India?", ("delhi",)),
+    ("What is the capital of Thailand?", ("bangkok",)),
+    ("What is the capital of Austria?", ("vienna",)),
+    ("What language is spoken in Germany?", ("german",)),
+    ("What is the capital of the Netherlands?", ("amsterdam",)),
+    ("What is the opposite of old?", ("young", "new")),
+    ("What is the opposite of wet?", ("dry",)),
+    ("What is the opposite of hard?", ("soft", "easy")),
+    ("What is the opposite of open?", ("close",)),
+    ("What is the opposite of strong?", ("weak",)),
+    ("What is the capital of Hungary?", ("budapest",)),
+    ("What is the capital of Chile?", ("santiago",)),
+    ("What is the capital of Cuba?", ("havana",)),
+    ("What is the capital of the Philippines?", ("manila",)),
+    ("What is the capital of Nigeria?", ("abuja",)),
+    ("What language is spoken in Japan?", ("japanese",)),
+    ("What language is spoken in Spain?", ("spanish",)),
+    ("What language is spoken in Russia?", ("russian",)),
+    ("What is the opposite of left?", ("right",)),
+    ("What is the opposite of north?", ("south",)),
+    ("What is the boiling point of water in Celsius?", ("100",)),
 )
 HELDOUT_PREFERENCE = 12
 
