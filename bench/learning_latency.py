@@ -2,10 +2,11 @@
 and the time from the user's feedback to a served policy version that has trained on it.
 
 Real servers in subprocesses, on one run directory, heuristic judge:
-  1. backlog: a ``--method none`` server (the engine on the same thread count as below) records
+  1. backlog: a ``--method none`` server (the engine on the same thread count as below; with a
+     hint method, that method with a batch size it never fills, so hints are judged too) records
      ``--backlog`` two-turn conversations whose second message thanks or corrects the first
      answer; they get judged, and nothing trains;
-  2. training: a ``--method binary`` server on that run directory; its trainer works through the
+  2. training: a ``--method`` (binary) server on that run directory; its trainer works through the
      backlog in batches, and sequential streaming probes (one user, no feedback, so nothing new
      to train on) are timed while at least one batch waits (``waiting_to_train >= batch size``
      in /healthz), i.e. while the trainer is busy;
@@ -15,10 +16,13 @@ Real servers in subprocesses, on one run directory, heuristic judge:
   4. idle: the same probes on the same server, the trainer idle.
 Train-step times come from the trainer's scalars (``scalars/scalars.csv``), swap times from the
 server log. Prints Markdown tables and writes ``bench/results/learning_latency.json``. Nothing is
-asserted.
+asserted. With a method that learns from hints (opd, combine) the corrections are standing
+preferences ("From now on, answer in one short sentence."), so hinted turns, groups and replay
+(``--serve-args``) have work to do.
 
   python bench/learning_latency.py                          # smollm2-135m, LoRA rank 16
   python bench/learning_latency.py --model tiny --quick
+  python bench/learning_latency.py --method combine --serve-args "--group-size 4 --replay-turns 8"
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import asyncio
 import csv
 import os
 import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -48,6 +53,8 @@ from _common import (  # noqa: E402
 
 GOOD = ["Thanks, that's perfect!", "Great, thank you!", "Perfect, thanks."]
 BAD = ["No, that's wrong. Try again.", "That's not what I asked.", "Wrong, redo it."]
+PREFERENCES = ["From now on, answer in one short sentence.", "Please always keep your answer to one short sentence.",
+               "Next time, just one short sentence please."]  # corrections with a hint (opd, combine)
 
 
 def parse_args(argv=None):
@@ -60,6 +67,8 @@ def parse_args(argv=None):
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--cycles", type=int, default=3, help="feedback -> served measurements")
     p.add_argument("--quick", action="store_true", help="fewer probes and a smaller backlog")
+    p.add_argument("--method", default="binary", choices=["binary", "opd", "combine"], help="the trainer's method [binary]")
+    p.add_argument("--serve-args", default="", help="more `openclaw-rl serve` flags for the training server, one string")
     p.add_argument("--out", help="JSON path [bench/results/learning_latency.json]")
     args = p.parse_args(argv)
     if args.quick:
@@ -77,15 +86,20 @@ async def probe(session, srv, i, max_tokens):
     return await http_chat_stream(session, srv.base, chat_body("m", msgs, max_tokens, 0.0, True, seed=i))
 
 
-async def conversation(session, srv, i, max_tokens):
+async def conversation(session, srv, i, max_tokens, bad=BAD):
     u = {"role": "user", "content": f"Question {i}: tell me a short fact about the number {i}."}
     first = await http_chat(session, srv.base, chat_body("m", [u], max_tokens, 1.0, False, seed=i))
-    feedback = (GOOD if i % 2 == 0 else BAD)[i % 3]
+    feedback = (GOOD if i % 2 == 0 else bad)[i % 3]
     reply = {"role": "assistant", "content": first["text"]}
     sent = time.perf_counter()
     await http_chat(session, srv.base, chat_body("m", [u, reply, {"role": "user", "content": feedback}],
                                                  max_tokens, 1.0, False, seed=1000 + i))
     return sent  # when the user's feedback left
+
+
+def bad_of(args) -> list[str]:
+    """The corrections: standing preferences (with a hint) when the method learns from hints."""
+    return PREFERENCES if args.method != "binary" else BAD
 
 
 async def run(args):
@@ -97,9 +111,12 @@ async def run(args):
               "--max-staleness", "1000000",
               "--status-interval-s", "0", "--log-level", "info"]
     out = {"env": env, "model": args.model, "batch_size": args.batch_size, "lora_rank": args.lora_rank,
-           "max_tokens": args.max_tokens, "engine_threads": int(threads)}
+           "max_tokens": args.max_tokens, "engine_threads": int(threads), "method": args.method,
+           "serve_args": args.serve_args}
     timeout = aiohttp.ClientTimeout(total=600)
-    recorder = Server(args.model, extra=["--method", "none", *common], keep_run_dir=True)
+    # the recorder judges (with hints, when the method uses them) and never trains: a batch it never fills
+    recording = ["--method", "none"] if args.method == "binary" else ["--method", args.method, "--batch-size", str(10**9)]
+    recorder = Server(args.model, extra=[*common, *recording], keep_run_dir=True)
     recorder.start()
     try:
         async with aiohttp.ClientSession(timeout=timeout) as session:
@@ -108,7 +125,7 @@ async def run(args):
 
             async def one(i):
                 async with sem:
-                    await conversation(session, recorder, i, args.max_tokens)
+                    await conversation(session, recorder, i, args.max_tokens, bad_of(args))
 
             t0 = time.perf_counter()
             await asyncio.gather(*(one(i) for i in range(args.backlog)))
@@ -118,7 +135,7 @@ async def run(args):
     finally:
         recorder.stop()
 
-    srv = Server(args.model, extra=["--method", "binary", *common], port=None)
+    srv = Server(args.model, extra=["--method", args.method, *common, *shlex.split(args.serve_args)], port=None)
     srv.tmp, srv.run_dir = recorder.tmp, recorder.run_dir  # the same run: the backlog waits there
     srv.log_path = recorder.tmp / "serve-learning.log"
     srv.start()
@@ -154,7 +171,7 @@ async def run(args):
                 short = args.batch_size - h["waiting_to_train"]  # conversations that complete one batch
                 version = h["policy_version"]
                 for k in range(short):
-                    t_feedback = await conversation(session, srv, 50_000 + 100 * c + k, args.max_tokens)
+                    t_feedback = await conversation(session, srv, 50_000 + 100 * c + k, args.max_tokens, bad_of(args))
                 judged_at = None
                 while True:
                     h = await health(session, srv.base)
@@ -192,8 +209,8 @@ def report(r) -> str:
     for metric in ("latency", "ttft"):
         i, t = r["idle"][metric], r["training"][metric]
         rows.append([metric, i["n"], i["p50"], i["p99"], t["n"], t["p50"], t["p99"], t["p50"] / i["p50"], t["p99"] / i["p99"]])
-    text = [f"## Serving while learning ({r['model']}, LoRA rank {r['lora_rank']}, batch {r['batch_size']}, "
-            f"{r['max_tokens']} tokens per probe, seconds)", "",
+    text = [f"## Serving while learning ({r['model']}, {r.get('method', 'binary')} {r.get('serve_args', '')}, "
+            f"LoRA rank {r['lora_rank']}, batch {r['batch_size']}, {r['max_tokens']} tokens per probe, seconds)", "",
             md_table(["probe", "idle n", "idle p50", "idle p99", "training n", "training p50", "training p99",
                       "p50 ratio", "p99 ratio"], rows), "",
             f"{r['versions_during_training_probes']} versions were published during the training probes.", ""]
