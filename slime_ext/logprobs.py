@@ -51,8 +51,14 @@ def teacher_forced_logits(model, ids: Sequence[int], start: int, temperature: fl
         return output_logits(hidden, model.get_output_embeddings().weight.float(), temperature)
 
 
+def teacher_forced_log_softmax(model, ids: Sequence[int], start: int, temperature: float = 1.0) -> torch.Tensor:
+    """The full log-distributions ``[len(ids) - start, V]`` at ``temperature`` that predict each of
+    ``ids[start:]`` (``log_softmax(teacher_forced_logits)``): what top-k and teacher checks compare."""
+    return torch.log_softmax(teacher_forced_logits(model, ids, start, temperature), dim=-1)
+
+
 def teacher_forced_logprobs(model, ids: Sequence[int], start: int, temperature: float = 1.0) -> torch.Tensor:
     """Log-probs of ``ids[start:]`` given what precedes each, from one forward pass of ``model``, under
     the distribution at ``temperature`` (``log_softmax(logits / T)``)."""
-    logits = teacher_forced_logits(model, ids, start, temperature)
-    return torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(list(ids[start:]))[:, None])[:, 0]
+    logp = teacher_forced_log_softmax(model, ids, start, temperature)
+    return logp.gather(1, torch.tensor(list(ids[start:]))[:, None])[:, 0]

@@ -31,7 +31,7 @@ from slime_ext.algorithms.staleness import catchup_size, staleness_metrics
 from slime_ext.algorithms.topk import teacher_topk
 from slime_ext.algorithms.topk_select import SELECT_RULES, select_support
 from slime_ext.judge.hints import candidate_hints, parse_hint
-from slime_ext.logprobs import scoring_temperature, teacher_forced_logits
+from slime_ext.logprobs import scoring_temperature, teacher_forced_log_softmax, teacher_forced_logits
 from slime_ext.teacher import teacher_prompt_ids
 from slime_ext.trainers.canary import CanaryConfig, snapshot
 from slime_ext.trainers.groups import GroupConfig, build_group, demonstration
@@ -473,8 +473,8 @@ class OnlineTrainer:
             return "topk_select: no candidate hint's teacher prompt could be rendered within the context"
         teachers = torch.stack([torch.log_softmax(self._teacher_logits(p + response, len(p), temperature), -1)
                                 for p in prompts])  # [H, r, V]
-        student = torch.log_softmax(teacher_forced_logits(self.model, row["prompt_token_ids"] + response,
-                                                          len(row["prompt_token_ids"]), temperature), -1)
+        student = teacher_forced_log_softmax(self.model, row["prompt_token_ids"] + response,
+                                             len(row["prompt_token_ids"]), temperature)
         cfg = self.config
         chosen = select_support(student, teachers, cfg.topk, cfg.topk_select_rule, cfg.topk_support, cfg.opd_clip)
         picked = teachers.gather(0, chosen.choice.view(1, -1, 1).expand(1, *teachers.shape[1:]))[0]

@@ -115,7 +115,7 @@ def measure(model, prompt_ids: Sequence[int], teacher_prompt_ids: Sequence[int],
     """``(gap, same_answer, answer)`` of ``model`` for one prompt and its hinted version (module doc)."""
     import torch
 
-    from slime_ext.logprobs import teacher_forced_logits
+    from slime_ext.logprobs import teacher_forced_log_softmax
     from slime_ext.trainers.groups import sample_responses
 
     prompt, hinted = list(prompt_ids), list(teacher_prompt_ids)
@@ -123,8 +123,8 @@ def measure(model, prompt_ids: Sequence[int], teacher_prompt_ids: Sequence[int],
     if not answer:
         return 0.0, True, answer
     target = torch.tensor(answer)[:, None]
-    with_hint = torch.log_softmax(teacher_forced_logits(model, hinted + answer, len(hinted)), -1)
-    without = torch.log_softmax(teacher_forced_logits(model, prompt + answer, len(prompt)), -1)
+    with_hint = teacher_forced_log_softmax(model, hinted + answer, len(hinted))
+    without = teacher_forced_log_softmax(model, prompt + answer, len(prompt))
     gap = mean_gap(with_hint.gather(1, target)[:, 0].tolist(), without.gather(1, target)[:, 0].tolist())
     same = bool((without.argmax(-1) == target[:, 0]).all())
     return gap, same, answer
