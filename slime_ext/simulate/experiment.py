@@ -173,7 +173,7 @@ def probe_row(client: ChatClient, p: Persona | LLMPersona, tasks: list, tag: str
     texts = [a for a in answers if a is not None]
     return {"score_mean": round(statistics.fmean(scores), 4) if scores else float("nan"),
             "score_std": round(statistics.pstdev(scores), 4) if scores else float("nan"),
-            "probe_n": len(scores), "correct": round(statistics.fmean(correct), 4) if correct else float("nan"),
+            "probe_n": len(scores), "correct": round(statistics.fmean(correct), 4) if correct else "",  # "": not measured
             "distinct2": round(distinct_2(texts), 4),
             "mean_words": round(statistics.fmean(len(a.split()) for a in texts), 2) if texts else float("nan")}, answers
 
@@ -356,15 +356,17 @@ def _csv_list(text: str) -> list[str]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--methods", default="binary,opd,combine", help="comma-separated --method values [binary,opd,combine]")
-    p.add_argument("--personas", default="student,teacher", help="comma-separated personas: " + ", ".join(PERSONAS) + " [student,teacher]")
-    p.add_argument("--seeds", default="0", help="comma-separated integer seeds [0]")
+    p.add_argument("--methods", default="combine,opd,binary", help="comma-separated --method values [combine,opd,binary]")
+    p.add_argument("--personas", default="one_sentence,under_ten,sure,asks_back",
+                   help="comma-separated personas: " + ", ".join(PERSONAS) + " [one_sentence,under_ten,sure,asks_back]")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated integer seeds [0,1,2]")
     p.add_argument("--model", default="smollm2-135m", help="the served model [smollm2-135m]")
-    p.add_argument("--sessions", type=int, default=32, help="training sessions per run [32]")
-    p.add_argument("--probe-every", type=int, default=8, help="probe the held-out set after every K sessions [8]")
-    p.add_argument("--heldout", type=int, default=16, help="held-out tasks per probe [16]")
-    p.add_argument("--rounds", type=int, default=2, help="most follow-up messages per training session [2]")
-    p.add_argument("--max-tokens", type=int, default=96, help="max_tokens of every request [96]")
+    p.add_argument("--sessions", type=int, default=24, help="training sessions per run [24]")
+    p.add_argument("--probe-every", type=int, default=4, help="probe the held-out set after every K sessions [4]")
+    p.add_argument("--heldout", type=int, default=12,
+                   help="held-out tasks per probe (at most 12 for the one-preference personas) [12]")
+    p.add_argument("--rounds", type=int, default=1, help="most follow-up messages per training session [1]")
+    p.add_argument("--max-tokens", type=int, default=64, help="max_tokens of every request [64]")
     p.add_argument("--batch-size", type=int, default=4, help="the server's --batch-size (judged turns per step) [4]")
     p.add_argument("--lr", type=float, help="the server's --lr [the server's default]")
     p.add_argument("--lora-rank", type=int, help="the server's --lora-rank [the server's default]")
@@ -376,6 +378,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the environment variable holding the simulator's API key, if it needs one "
                    "[OPENCLAW_SIM_API_KEY]")
     p.add_argument("--simulator-max-tokens", type=int, default=64, help="max_tokens of simulator requests [64]")
+    p.add_argument("--label", default="",
+                   help="added to the method's name in the results, to tell configurations apart ('+group4') [none]")
     p.add_argument("--jobs", type=int, default=1, help="runs at once, each server on cores/jobs threads [1]")
     p.add_argument("--serve-args", default="", help="more `openclaw-rl serve` flags, one shell-quoted string")
     p.add_argument("--out", default="experiments/personalization/results",
@@ -415,6 +419,8 @@ def cmd_personalization(args: argparse.Namespace) -> int:
                   extra_serve_args=extra, batch_size=args.batch_size, simulator=simulator,
                   progress=lambda d, sc: bar.update(d, sc))
         bar.update(final=True)
+        for row in got:
+            row["method"] += args.label  # a configuration's name in the results: "combine+group4"
         with lock:
             rows.extend(got)
             write_outputs(rows, out)  # partial results survive an interrupted experiment
