@@ -36,7 +36,9 @@ GROUPS = ["--distill", "forward_kl", "--topk", "20", "--group-size", "3", "--gro
                                            ("combine", ["--distill", "topk", "--topk", "4"]), ("combine", GROUPS)],
                          ids=["binary", "opd", "combine", "combine-topk", "combine-groups-forward-kl"])
 def test_method_selects_what_is_judged_trained_and_recorded(make_server, method, extra):
-    srv = make_server(extra=["--method", method, "--batch-size", "1", "--lora-rank", "4", "--lr", "1e-3", *extra])
+    # --unfollowed-hints train: the random tiny teacher follows no hint (serve's default would skip it)
+    srv = make_server(extra=["--method", method, "--batch-size", "1", "--lora-rank", "4", "--lr", "1e-3",
+                             "--unfollowed-hints", "train", *extra])
     for i, feedback in enumerate(FEEDBACK):
         u = {"role": "user", "content": f"What is the capital of country {i}?"}
         reply = chat(srv, [u], seed=i)
