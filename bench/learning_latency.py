@@ -186,8 +186,10 @@ async def run(args):
                     await asyncio.sleep(0.05)
             print(f"idle: {args.probes} probes...", file=sys.stderr)
             idle = [await probe(session, srv, i, args.max_tokens) for i in range(args.probes)]
-        steps = [float(r["value"]) for r in csv.DictReader(open(srv.run_dir / "scalars" / "scalars.csv"))
-                 if r["tag"] == "train/step_s"]
+        # rows are (version, wall_time, tag, value); with a hint method the recorder's idle trainer
+        # created the file first, so it may hold no header line
+        steps = [float(r[3]) for r in csv.reader(open(srv.run_dir / "scalars" / "scalars.csv"))
+                 if len(r) == 4 and r[2] == "train/step_s"]
         log_text = srv.log_tail(10_000_000)
         swaps = [float(x) for x in re.findall(r"swap took ([0-9.]+) s", log_text)]
         pauses = [float(x) for x in re.findall(r"decoding paused ([0-9.]+) s", log_text)]
