@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 from slime_ext.config import ServeConfig, load_yaml
+from slime_ext.trainers.teachability import UNFOLLOWED
 from slime_ext.types import Method
 
 
@@ -167,7 +168,7 @@ def _add_teacher_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
     p.add_argument("--teacher-checks-per-hint", type=int,
                    help=f"distinct prompts a hint is measured on; later turns with it reuse its median; 0: every "
                         f"prompt [{d.teacher_checks_per_hint}]")
-    p.add_argument("--unfollowed-hints", choices=["skip", "train"],
+    p.add_argument("--unfollowed-hints", choices=UNFOLLOWED,
                    help=f"a hint the teacher does not follow: train it anyway (shown in records, /healthz, "
                         f"/metrics) or skip (no teacher term; Binary RL still uses the verdict) [{d.unfollowed_hints}]")
     p.add_argument("--replay-turns", type=int,
