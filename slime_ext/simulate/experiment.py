@@ -59,6 +59,7 @@ from slime_ext.simulate.llm_persona import LLMPersona
 from slime_ext.simulate.personas import PERSONAS, Persona, get_persona
 from slime_ext.simulate.questions import correctness_tasks, is_correct, preference_tasks
 from slime_ext.simulate.tasks import grading_tasks, math_tasks
+from slime_ext.trainers.canary import distinct_n
 
 COLUMNS = ["method", "persona", "seed", "sessions", "interactions", "policy_version", "score_mean", "score_std",
            "probe_n", "correct", "distinct2", "mean_words", "teacher_score", "wall_s", "failed_requests"]
@@ -132,9 +133,9 @@ def _probe_answers(client: ChatClient, messages: list[list[dict]], tag: str, job
 
 
 def distinct_2(texts: list[str]) -> float:
-    """Distinct bigrams over all bigrams of ``texts`` (words, lowercased); 1.0 without bigrams."""
-    grams = [tuple(w[i:i + 2]) for t in texts for w in [t.lower().split()] for i in range(len(w) - 1)]
-    return len(set(grams)) / len(grams) if grams else 1.0
+    """Distinct bigrams over all bigrams of ``texts`` (words, lowercased; the canary's ``distinct_n``
+    over words instead of tokens); 1.0 without bigrams."""
+    return distinct_n([t.lower().split() for t in texts], 2)
 
 
 def teacher_compliance(client: ChatClient, p: Persona, tasks: list, base: list[str | None]) -> float:
