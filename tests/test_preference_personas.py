@@ -13,9 +13,9 @@ from slime_ext.simulate.questions import (
     HELDOUT_PREFERENCE,
     PREFERENCE_QUESTIONS,
     correctness_tasks,
-    is_correct,
     preference_tasks,
 )
+from slime_ext.trainers.canary_data import holds_key
 
 # persona -> (an answer that keeps the preference, one that misses it, words the hint must carry); {a} is the answer
 CASES = {
@@ -93,6 +93,6 @@ def test_questions_splits_are_fixed_disjoint_and_cover_the_train_set():
 
 def test_correctness_keys():
     london = correctness_tasks()[0]
-    assert is_correct(london.keys, "The capital of the United Kingdom is London.")
-    assert not is_correct(london.keys, "The capital of the United Kingdom is Paris.")
-    assert is_correct(("60", "sixty"), "Sixty seconds.") and len(correctness_tasks(3)) == 3
+    assert holds_key(london.keys, "The capital of the United Kingdom is London.")
+    assert not holds_key(london.keys, "The capital of the United Kingdom is Paris.")
+    assert holds_key(("60", "sixty"), "Sixty seconds.") and len(correctness_tasks(3)) == 3

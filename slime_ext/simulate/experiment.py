@@ -57,9 +57,10 @@ from slime_ext.launch import ServerProcess
 from slime_ext.simulate.client import ChatClient
 from slime_ext.simulate.llm_persona import LLMPersona
 from slime_ext.simulate.personas import PERSONAS, Persona, get_persona
-from slime_ext.simulate.questions import correctness_tasks, is_correct, preference_tasks
+from slime_ext.simulate.questions import correctness_tasks, preference_tasks
 from slime_ext.simulate.tasks import grading_tasks, math_tasks
 from slime_ext.trainers.canary import distinct_n
+from slime_ext.trainers.canary_data import holds_key
 
 COLUMNS = ["method", "persona", "seed", "sessions", "interactions", "policy_version", "score_mean", "score_std",
            "probe_n", "correct", "distinct2", "mean_words", "teacher_score", "wall_s", "failed_requests"]
@@ -170,7 +171,7 @@ def probe_row(client: ChatClient, p: Persona | LLMPersona, tasks: list, tag: str
     scores = [p.score(t, a) for t, a in zip(tasks, answers) if a is not None]
     general = correctness_tasks() if correctness else []
     replies = _probe_answers(client, [[{"role": "user", "content": q.prompt}] for q in general], tag + "-c")
-    correct = [is_correct(q.keys, a) for q, a in zip(general, replies) if a is not None]
+    correct = [holds_key(q.keys, a) for q, a in zip(general, replies) if a is not None]
     texts = [a for a in answers if a is not None]
     return {"score_mean": round(statistics.fmean(scores), 4) if scores else float("nan"),
             "score_std": round(statistics.pstdev(scores), 4) if scores else float("nan"),

@@ -72,8 +72,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from slime_ext.simulate.questions import is_correct
 from slime_ext.simulate.tasks import Task
+from slime_ext.trainers.canary_data import holds_key
 
 STUDENT_MAX_WORDS = 40
 TEACHER_MAX_SENTENCES = 3
@@ -244,7 +244,7 @@ def _preference(name: str, preference: str, test: Callable[[str], bool], phrasin
     keep the preference (else the preference, stated as a standing one); it scores 1 only when
     both hold, so a policy cannot comply by no longer answering."""
     return Persona(name=name, preference=f"answers the question, {preference}", task_kind="question",
-                   checks=(Check("answers", lambda t, r: is_correct(t.keys, r), lambda t: NOT_ANSWERED),
+                   checks=(Check("answers", lambda t, r: holds_key(t.keys, r), lambda t: NOT_ANSWERED),
                            Check(name, lambda t, r: test(r), _phrasing(phrasings))),
                    opener=lambda t: t.prompt, thanks="Thanks!", all_or_nothing=True)
 

@@ -2,7 +2,7 @@
 held-out correctness set of the personalization experiment.
 
 Each question has one or more *keys*: lowercase strings of which at least one must appear in a
-correct answer (``is_correct``). The questions are short and factual, and every one of them is
+correct answer (``trainers.canary_data.holds_key``, the canary's rule). The questions are short and factual, and every one of them is
 answered correctly (a key within 40 tokens) by the base SmolLM2-135M at temperature 0, so what
 the experiment measures is the user's preference and any forgetting, not the 135M model's gaps
 (it calls the lion a jaguar); none is among the canary's questions (``trainers/canary_data.py``).
@@ -100,12 +100,6 @@ CORRECTNESS_QUESTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("What language is spoken in France?", ("french",)),
     ("What is the capital of South Korea?", ("seoul",)),
 )
-
-
-def is_correct(keys: tuple[str, ...] | list[str], response: str) -> bool:
-    """True when one of ``keys`` (lowercase) appears in ``response`` (case-insensitive)."""
-    text = response.lower()
-    return any(k in text for k in keys)
 
 
 def _task(i: int, kind: str, question: str, keys: tuple[str, ...]) -> Question:

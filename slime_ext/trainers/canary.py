@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from slime_ext.trainers.canary_data import CANARY_QA
+from slime_ext.trainers.canary_data import CANARY_QA, holds_key
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ def answered(texts: Sequence[str], keys: Sequence[Sequence[str]]) -> float:
     """The fraction of ``texts`` that contain one of their ``keys`` (lowercase; case-insensitive)."""
     if not texts:
         return 1.0
-    return sum(any(k in t.lower() for k in ks) for t, ks in zip(texts, keys)) / len(texts)
+    return sum(holds_key(ks, t) for t, ks in zip(texts, keys)) / len(texts)
 
 
 def regressions(before: CanaryFigures, after: CanaryFigures, cfg: CanaryConfig,

@@ -11,6 +11,15 @@ keys)``: a generated answer *answers* the question when it contains one of the l
 
 from __future__ import annotations
 
+from typing import Sequence
+
+
+def holds_key(keys: Sequence[str], text: str) -> bool:
+    """Does ``text`` answer the question: does it contain one of the lowercase ``keys``
+    (case-insensitive)? The one rule for reading an answer (the canary, the experiment)."""
+    low = text.lower()
+    return any(k in low for k in keys)
+
 CANARY_QA: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("What is the capital of France?", "The capital of France is Paris.", ("paris",)),
     ("How many days are in a week?", "There are seven days in a week.", ("seven", "7")),
