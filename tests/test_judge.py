@@ -436,3 +436,11 @@ def test_thanking_again_after_thanks_is_not_a_rephrasing():
     assert heuristic_vote("Thanks, perfect!", "user", "Thanks, perfect!") == 1
     assert heuristic_vote("Great, thank you!", "user", "Thanks, great work!") == 1
     assert heuristic_vote("Please, write a good poem about cats", "user", "Write a good poem about cats") == -1
+
+
+def test_heuristic_rule_names_the_rule_that_decided():
+    from slime_ext.judge.heuristic import heuristic_rule
+
+    assert heuristic_rule("From now on, answer in one short sentence.", "user") == "preference"
+    assert heuristic_rule("Thanks, that works!", "user") == "approval"
+    assert heuristic_rule("What is the capital of Peru?", "user") == "new_request"

@@ -342,6 +342,12 @@ def heuristic_explain(next_state: str, role: str, request: str | None = None) ->
     return 0, "ambiguous: no rule matched"
 
 
+def heuristic_rule(next_state: str, role: str, request: str | None = None) -> str:
+    """The name of the rule that decided (``preference``, ``approval``, ``new_request``, ...):
+    every reason ``heuristic_explain`` writes is ``"<rule>: <detail>"``."""
+    return heuristic_explain(next_state, role, request)[1].partition(":")[0]
+
+
 def heuristic_vote(next_state: str, role: str, request: str | None = None) -> int:
     """-1, 0 or 1 for a next state by the rules of ``RULES`` (see the module docstring)."""
     return heuristic_explain(next_state, role, request)[0]

@@ -20,7 +20,7 @@ import logging
 import time
 
 from slime_ext.judge.backends import Judge, JudgeInput
-from slime_ext.judge.heuristic import heuristic_explain
+from slime_ext.judge.heuristic import heuristic_rule
 from slime_ext.judge.hints import HintJudge
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 def is_standing_preference(next_state: str, role: str) -> bool:
     """Does the user's message state a standing preference (the heuristic judge's ``preference`` rule)?"""
-    return role == "user" and heuristic_explain(next_state, role)[1].split(":")[0] == "preference"
+    return role == "user" and heuristic_rule(next_state, role) == "preference"
 
 
 class JudgeWorker:
