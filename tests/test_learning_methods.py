@@ -48,6 +48,9 @@ def test_method_selects_what_is_judged_trained_and_recorded(make_server, method,
     while srv.health()["trained_turns"] + srv.health()["dropped_turns"] < 4:
         assert time.time() < deadline, srv.log_tail()
         time.sleep(0.3)
+    while srv.health()["policy_version"] < 1:  # a turn is marked trained before its version is swapped in
+        assert time.time() < deadline, srv.log_tail()
+        time.sleep(0.1)
     turns = {t["next_state"]: t for s in srv.records()["sessions"] for t in s["turns"] if t["next_state"]}
     assert sorted(turns) == sorted(FEEDBACK)
     trained = {k for k, t in turns.items() if t["trained_in_version"] is not None}
