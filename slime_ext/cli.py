@@ -169,8 +169,9 @@ def _add_teacher_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
                    help=f"distinct prompts a hint is measured on; later turns with it reuse its median; 0: every "
                         f"prompt [{d.teacher_checks_per_hint}]")
     p.add_argument("--unfollowed-hints", choices=UNFOLLOWED,
-                   help=f"a hint the teacher does not follow: train it anyway (shown in records, /healthz, "
-                        f"/metrics) or skip (no teacher term; Binary RL still uses the verdict) [{d.unfollowed_hints}]")
+                   help=f"a turn whose hint the teacher does not follow (shown in records, /healthz, /metrics): "
+                        f"drop (not trained, nor replayed), skip (no teacher term; its verdict still trains) or "
+                        f"train (distilled anyway) [{d.unfollowed_hints}]")
     p.add_argument("--replay-turns", type=int,
                    help=f"preference replay (opd / combine): per user of a training step, this many of the user's "
                         f"earlier turns re-taught by the teacher shown all of the user's standing preferences "

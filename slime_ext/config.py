@@ -106,7 +106,7 @@ class ServeConfig:
     teacher_min_gap: float = _TEACH.min_gap  # nats/token the hint must add to the teacher's own answer
     teacher_check_tokens: int = _TEACH.max_new_tokens  # length of the teacher's greedy answer
     teacher_checks_per_hint: int = _TEACH.per_hint  # prompts a hint is measured on, then its median is reused
-    unfollowed_hints: str = "skip"  # "skip" (no teacher term) or "train"; serve's default, by the experiment v2
+    unfollowed_hints: str = "drop"  # "drop" (not trained), "skip" (no teacher term) or "train"; by the experiment v2
     # preference replay (trainers/replay.py; docs/learning.md): earlier turns per user re-taught under all
     # of the user's standing preferences, and optimizer passes per step within a time budget
     replay_turns: int = _REPLAY.turns

@@ -191,6 +191,14 @@ def test_bob_is_replayed_under_his_preference_only(users):
     assert all((BOB in hints) == r["session_id"].startswith("bob") for r, hints in replay_rows(users[1], both, 5))
 
 
+def test_a_preference_left_out_is_not_replayed_and_a_user_left_with_none_is_not_either(users):
+    both = users[1].trainable_turns(10)
+    pairs = replay_rows(users[1], both, 5, keep=lambda hint: hint != ALICE[0])
+    assert {r["session_id"]: hints for r, hints in pairs}["alice-old0"] == [ALICE[1]]
+    pairs = replay_rows(users[1], both, 5, keep=lambda hint: hint == BOB)
+    assert [(r["session_id"], hints) for r, hints in pairs] == [("bob-old", [BOB])]
+
+
 def test_no_pass_starts_once_the_budget_is_spent(users, monkeypatch):
     calls = spy_train_step(monkeypatch)
     m = trainer_for(users, turns=2, steps=5, budget_s=1e-6).step()

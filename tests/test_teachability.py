@@ -1,6 +1,7 @@
 """What the hinted teacher can teach (``trainers/teachability.py``, issue #15 item 6): each hinted
 turn's measure and decision are stored, shown by ``records``, ``/healthz`` and ``/metrics``, and a
-hint the teacher does not follow trains no teacher term when ``unfollowed: skip``."""
+hint the teacher does not follow trains no teacher term when ``unfollowed: skip``, and nothing at all
+(nor is it replayed) when ``unfollowed: drop``."""
 
 from __future__ import annotations
 
@@ -66,11 +67,18 @@ def test_an_unfollowed_hint_loses_its_teacher_term_and_the_turn_goes_only_when_n
     assert excluded(method, verdict, check(False), TeachabilityConfig(unfollowed="train")) == (False, None)
 
 
+@pytest.mark.parametrize("method, verdict", [("opd", -1), ("combine", 0), ("combine", -1), ("combine", 1)])
+def test_drop_leaves_nothing_of_an_unfollowed_hint_whatever_its_verdict(method, verdict):
+    drop = TeachabilityConfig(unfollowed="drop")
+    assert excluded(method, verdict, check(False), drop) == (True, "x")
+    assert excluded(method, verdict, check(True), drop) == (False, None)
+
+
 def test_bad_settings_are_refused_by_name():
     from slime_ext.config import ServeConfig
 
-    with pytest.raises(ValueError, match="unfollowed_hints 'drop'"):
-        ServeConfig(unfollowed_hints="drop").validated()
+    with pytest.raises(ValueError, match="unfollowed_hints 'forget': expected drop or skip or train"):
+        ServeConfig(unfollowed_hints="forget").validated()
     with pytest.raises(ValueError, match="teacher_checks_per_hint"):
         ServeConfig(teacher_checks_per_hint=-1).validated()
     with pytest.raises(ValueError, match="teacher_check_tokens"):
@@ -189,11 +197,34 @@ def test_opd_drops_a_turn_whose_hint_the_teacher_does_not_follow(tmp_path, tiny)
     assert store.counts()["dropped_by_reason"] == {NOT_FOLLOWED: 4}
 
 
-def test_serve_by_default_does_not_distill_an_unfollowed_hint():
+def test_serve_by_default_does_not_train_an_unfollowed_hint():
     from slime_ext.config import ServeConfig
 
-    assert ServeConfig().unfollowed_hints == "skip"
-    assert ServeConfig().trainer_config().teacher_check.unfollowed == "skip"
+    assert ServeConfig().unfollowed_hints == "drop"
+    assert ServeConfig().trainer_config().teacher_check.unfollowed == "drop"
+
+
+def test_combine_drops_a_minus_one_turn_whose_hint_the_teacher_does_not_follow(tmp_path, tiny):
+    trainer, store = trainer_for(tmp_path, tiny, "combine", -1, TeachabilityConfig(min_gap=1e9, unfollowed="drop"))
+    assert trainer.step() is None  # all four turns dropped: the -1 verdicts do not train alone
+    turns = turns_of(store)
+    assert all(t["dropped"].startswith(NOT_FOLLOWED + ":") and t["trained_in_version"] is None for t in turns.values())
+    assert store.teacher_check_summary()["hints_teacher_cannot_follow"] == 4
+
+
+@pytest.mark.parametrize("unfollowed, replayed", [("drop", False), ("skip", False), ("train", True)])
+def test_replay_leaves_out_a_preference_the_teacher_does_not_follow(unfollowed, replayed):
+    class Checker:
+        def follows(self, hint):
+            return {"Be brief.": True, "Say Sure!": False}.get(hint)
+
+    trainer = OnlineTrainer.__new__(OnlineTrainer)  # only the replay decision: no model, no store
+    trainer.config = TrainerConfig(method="combine", teacher_check=TeachabilityConfig(unfollowed=unfollowed))
+    trainer.checker = Checker()
+    assert trainer.replays_hint("Be brief.") and trainer.replays_hint("never measured")
+    assert trainer.replays_hint("Say Sure!") is replayed
+    trainer.checker = None  # no check: everything is replayed
+    assert trainer.replays_hint("Say Sure!")
 
 
 def test_train_records_an_unfollowed_hint_and_still_distills_it(tmp_path, tiny):

@@ -341,8 +341,8 @@ class OnlineTrainer:
         started = time.perf_counter()
         samples, groups = self.grouped([turn_to_sample(r) for r in usable], usable)
         baseline = self.baseline.value if self.baseline else 0.0  # from earlier batches only: unbiased
-        replayed, skipped = replay_samples(replay_rows(self.store, usable, self.config.replay.turns),
-                                           self._score, turn_to_sample)  # not stored: a replayed turn keeps its own teacher's
+        pairs = replay_rows(self.store, usable, self.config.replay.turns, keep=self.replays_hint)
+        replayed, skipped = replay_samples(pairs, self._score, turn_to_sample)  # not stored: a turn keeps its own teacher's
         metrics = self._passes(samples + replayed, baseline, replayed, skipped)
         metrics.update(group_metrics(groups, samples))
         if self.checker is not None:
@@ -485,6 +485,13 @@ class OnlineTrainer:
                               "overlap": chosen.overlap.sum(-1).tolist()}
         self.store.set_teacher_logprobs(row["session_id"], row["idx"], row["teacher_logprobs"])
         return None
+
+    def replays_hint(self, hint: str) -> bool:
+        """Whether replay teaches ``hint``: not when the teacher check found the teacher does not follow it
+        (unless ``unfollowed: train``); a hint not measured yet is replayed."""
+        if self.checker is None or self.config.teacher_check.unfollowed == "train":
+            return True
+        return self.checker.follows(hint) is not False
 
     def check_teacher(self, row: dict[str, Any]) -> str | None:
         """Does the hinted teacher follow the row's hint (``trainers/teachability.py``)? Stores the check;

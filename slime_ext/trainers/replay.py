@@ -41,16 +41,17 @@ class ReplayConfig:
                              "teacher (all the user's preferences), not candidate hints to select among")
 
 
-def replay_rows(store, batch: list[dict[str, Any]], limit: int) -> list[tuple[dict[str, Any], list[str]]]:
-    """For each user of ``batch`` (first seen first) with standing preferences: up to ``limit`` of the
-    user's earlier main-line turns not in ``batch``, newest first, each with the user's standing
-    preferences (in the order first stated)."""
+def replay_rows(store, batch: list[dict[str, Any]], limit: int,
+                keep: Callable[[str], bool] = lambda hint: True) -> list[tuple[dict[str, Any], list[str]]]:
+    """For each user of ``batch`` (first seen first) with standing preferences that ``keep`` accepts (the
+    trainer leaves out those the teacher does not follow): up to ``limit`` of the user's earlier main-line
+    turns not in ``batch``, newest first, each with those preferences (in the order first stated)."""
     if limit <= 0:
         return []
     exclude = {(r["session_id"], r["idx"]) for r in batch}
     out = []
     for user in dict.fromkeys(r.get("user") for r in batch):
-        hints = [p["hint"] for p in store.preferences(user, standing_only=True)]
+        hints = [p["hint"] for p in store.preferences(user, standing_only=True) if keep(p["hint"])]
         if hints:
             out.extend((row, hints) for row in store.replay_turns(user, exclude, limit))
     return out

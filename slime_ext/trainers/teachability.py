@@ -36,7 +36,9 @@ from typing import Any, Sequence
 
 from slime_ext.types import Method
 
-UNFOLLOWED = ("skip", "train")  # what a hint the teacher does not follow gets: no teacher term, or trained anyway
+# what a turn whose hint the teacher does not follow gets: dropped whole (its verdict too), no teacher
+# term (the verdict alone trains), or trained anyway
+UNFOLLOWED = ("drop", "skip", "train")
 NOT_FOLLOWED = "teacher does not follow the hint"  # the start of a dropped turn's reason
 
 
@@ -46,7 +48,7 @@ class TeachabilityConfig:
     min_gap: float = 0.15  # the hint's median nats/token added to the teacher's own answer (docs/learning.md)
     max_new_tokens: int = 48  # length bound of the teacher's greedy answer
     per_hint: int = 4  # distinct prompts a hint is measured on; later turns reuse its median (0: every prompt)
-    unfollowed: str = "train"  # "train": trained anyway (shown, counted); "skip": no teacher term (serve's default)
+    unfollowed: str = "train"  # "train": trained anyway (shown, counted); "skip": no teacher term; "drop": not trained
 
     def validate(self) -> None:
         """Raise ValueError naming the setting that cannot work."""
@@ -174,6 +176,11 @@ class TeacherChecker:
         return TeacherCheck(gap, same, round(hint_gap, 4), len(per_prompt), follows, reason, text, tokens,
                             0.0 if cached else round(time.perf_counter() - started, 3), cached)
 
+    def follows(self, hint: str) -> bool | None:
+        """Whether the teacher follows ``hint`` by its median gap so far; None if never measured."""
+        gaps = self.gaps.get(hint)
+        return median(list(gaps.values())) >= self.config.min_gap if gaps else None
+
     def reuse(self, hint: str) -> TeacherCheck:
         """The decision for a prompt not measured, from the hint's ``per_hint`` measured ones."""
         gaps = list(self.gaps[hint].values())
@@ -186,9 +193,10 @@ class TeacherChecker:
 def excluded(method: str, verdict: int, check: TeacherCheck, config: TeachabilityConfig) -> tuple[bool, str | None]:
     """What a check does to a hinted turn: ``(strip the teacher term, drop reason or None)``. A hint
     the teacher does not follow trains no teacher term (``unfollowed: skip``); the turn is dropped
-    when nothing else is left to learn from it (OPD, or Combine with a zero verdict)."""
+    when nothing else is left to learn from it (OPD, or Combine with a zero verdict), or always
+    (``unfollowed: drop``: its -1 verdicts alone lengthened and degraded answers, docs/learning.md)."""
     if check.follows or config.unfollowed == "train":
         return False, None
-    if method == Method.OPD or verdict == 0:
+    if config.unfollowed == "drop" or method == Method.OPD or verdict == 0:
         return True, check.reason
     return True, None
