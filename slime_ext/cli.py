@@ -20,8 +20,9 @@ import sys
 from typing import Any
 
 from slime_ext.config import ServeConfig, load_yaml
+from slime_ext.trainers.learning import BASELINES, DISTILL, TEACHERS, TOPK_SUPPORTS
 from slime_ext.trainers.teachability import UNFOLLOWED
-from slime_ext.types import Method
+from slime_ext.types import ESTIMATORS, SELECT_RULES, Method
 
 
 def _add_serve_args(p: argparse.ArgumentParser) -> None:
@@ -95,7 +96,7 @@ def _add_learning_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
     p.add_argument("--method", choices=[m.value for m in Method],
                    help=f"learn from judged turns: combine (verdicts and hints), binary (verdicts: Binary RL), "
                         f"opd (hints: On-Policy Distillation) or none (record only) [{d.method}]")
-    p.add_argument("--teacher", choices=["base", "policy"],
+    p.add_argument("--teacher", choices=TEACHERS,
                    help=f"OPD teacher: the initial model (base) or the current policy, shown the hint [{d.teacher}]")
     p.add_argument("--w-rl", type=float, help=f"Combine: weight of the verdict term [{d.w_rl:g}]")
     p.add_argument("--w-opd", type=float, help=f"Combine / OPD: weight of the teacher term [{d.w_opd:g}]")
@@ -104,7 +105,7 @@ def _add_learning_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
     p.add_argument("--lr", type=float, help=f"learning rate [{d.lr:g}]")
     p.add_argument("--max-staleness", type=int, help="take a backlog in steps large enough that no turn is trained more than this many versions after "
                    f"it was sampled; turns are never dropped for their age [{d.max_staleness}]")
-    p.add_argument("--baseline", choices=["none", "running"],
+    p.add_argument("--baseline", choices=BASELINES,
                    help=f"advantage baseline: none (advantage = verdict) or running (minus an EMA of earlier verdicts) [{d.baseline}]")
     p.add_argument("--keep-checkpoints", type=int,
                    help=f"newest versions kept with weights and optimizer state; older ones keep only their "
@@ -129,7 +130,7 @@ def _add_learning_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
 def _add_teacher_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
     """The teacher term, fresh sample groups, context distillation, the teacher check."""
     p = p.add_argument_group("distillation and groups")
-    p.add_argument("--distill", choices=["token", "topk", "forward_kl", "jsd", "topk_select"],
+    p.add_argument("--distill", choices=DISTILL,
                    help=f"OPD signal: token (teacher - rollout log-prob as the advantage), or at every position over "
                         f"the teacher's top-k tokens plus a tail bin: topk (reverse KL), forward_kl, or jsd "
                         f"(JSD(--jsd-beta)); or topk_select, upstream's recipe: --hint-m candidate teachers chosen "
@@ -137,7 +138,7 @@ def _add_teacher_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
     p.add_argument("--hint-m", type=int,
                    help=f"--distill topk_select: candidate hints per turn from the hint judge's votes (the heuristic "
                         f"casts one vote: one candidate) [{d.hint_m}]")
-    p.add_argument("--topk-select-rule", choices=["shortest", "token_optimal", "sequence_optimal"],
+    p.add_argument("--topk-select-rule", choices=SELECT_RULES,
                    help=f"--distill topk_select: the candidate that teaches: the shortest, the best top-k overlap per "
                         f"position, or over the response [{d.topk_select_rule}]")
     p.add_argument("--jsd-beta", type=float, help=f"--distill jsd: 0 is forward KL, 1 reverse KL [{d.jsd_beta:g}]")
@@ -148,7 +149,7 @@ def _add_teacher_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
     p.add_argument("--group-temperature", type=float,
                    help=f"the trainer's sampling temperature for fresh group samples [{d.group_temperature:g}]")
     p.add_argument("--group-max-new-tokens", type=int, help=f"most tokens of a fresh group sample [{d.group_max_new_tokens}]")
-    p.add_argument("--group-estimator", choices=["grpo", "drgrpo"],
+    p.add_argument("--group-estimator", choices=ESTIMATORS,
                    help=f"group advantage: grpo ((r - mean) / std) or drgrpo (r - mean) [{d.group_estimator}]")
     p.add_argument("--implicit-reward-scale", type=float,
                    help=f"a fresh sample's reward is tanh(mean hinted-teacher minus student log-prob per token / "
@@ -181,7 +182,7 @@ def _add_teacher_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
     p.add_argument("--replay-budget-s", type=float,
                    help=f"no further pass starts once a step's passes took this many seconds [{d.replay_budget_s:g}]")
     p.add_argument("--topk", type=int, help=f"k of --distill topk [{d.topk}]")
-    p.add_argument("--topk-support", choices=["teacher", "student", "overlap"],
+    p.add_argument("--topk-support", choices=TOPK_SUPPORTS,
                    help=f"--distill topk over the teacher's top-k tokens or the student's (topk_select: or their "
                         f"overlap) [{d.topk_support}]")
     p.add_argument("--opd-clip", type=float, help=f"bound on the per-token teacher - rollout log-prob gap [{d.opd_clip:g}]")

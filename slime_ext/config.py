@@ -1,5 +1,6 @@
-"""One typed settings object for serving. The CLI flags and a YAML file (``--config``) both map
-onto it; later issues add the trainer's and Slime's settings here, never as scattered env reads."""
+"""One typed settings object for serving and learning. The CLI flags, a YAML file (``--config``) and
+Slime's ``openclaw_rl:`` mapping all map onto it; its learning settings are ``LearningConfig``'s
+(``trainers/learning.py``), inherited, so each is declared once, never as scattered env reads."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slime_ext.trainers.canary import CanaryConfig
-from slime_ext.trainers.replay import ReplayConfig
+from slime_ext.trainers.learning import LearningConfig
 from slime_ext.trainers.teachability import TeachabilityConfig
 from slime_ext.types import Method
 
@@ -20,11 +21,10 @@ if TYPE_CHECKING:
 
 _CANARY = CanaryConfig()
 _TEACH = TeachabilityConfig()
-_REPLAY = ReplayConfig()
 
 
 @dataclass
-class ServeConfig:
+class ServeConfig(LearningConfig):
     model: str = "smollm2-135m"
     host: str = "127.0.0.1"
     port: int = 30000
@@ -62,29 +62,9 @@ class ServeConfig:
     judge_votes: int = 0  # 0: the backend's default (3 for model judges, 1 for the heuristic)
     judge_timeout_s: float = 60.0
     judge_concurrency: int = 4
-    # learning: "combine" (verdicts and hints), "binary" (verdicts: Binary RL), "opd" (hints: On-Policy
-    # Distillation), all in a trainer process; or "none" (serve and record only)
-    method: str = Method.COMBINE.value
-    batch_size: int = 4
-    lora_rank: int = 16  # 0: full weights
-    lr: float = 5e-4  # chosen by the personalization experiment v2 (experiments/personalization/README.md)
-    max_staleness: int = 4
+    # learning: every setting of trainers/learning.py's LearningConfig (inherited: declared there once), and
+    # these, mapped onto the trainer's nested configs
     kl_coef: float = 0.0  # KL to the initial policy (the base model); 0: off
-    baseline: str = "none"  # advantage baseline: "none" (advantage = verdict) or "running" (EMA of verdicts)
-    keep_checkpoints: int = 3  # versions kept with their weights; older ones keep their trainer state only; 0: all
-    # OPD / Combine
-    teacher: str = "base"  # who scores the hinted prompt: "base" (the initial model) or "policy" (the current one)
-    w_rl: float = 1.0  # Combine: weight of the verdict term
-    w_opd: float = 1.0  # Combine / OPD: weight of the teacher term
-    opd_clip: float = 5.0  # bound on |teacher - rollout| log-prob per token
-    # "token" (teacher - rollout in the advantage), or at every position over the teacher's top-k plus a tail
-    # bin: "topk" (reverse KL), "forward_kl" or "jsd" (JSD(jsd_beta)); see docs/learning.md
-    distill: str = "token"
-    topk: int = 20  # k >= 20, as the top-k OPD recipes use
-    topk_support: str = "teacher"  # the teacher's top-k, or the student's (topk_select: or their overlap)
-    # distill "topk_select" (upstream's recipe; docs/learning.md): candidate hints per turn, and how one is chosen
-    hint_m: int = 1
-    topk_select_rule: str = "sequence_optimal"
     # the canary (trainers/canary.py): a new version that regresses on it is not served
     canary: bool = _CANARY.enabled
     canary_max_nll_rise: float = _CANARY.max_nll_rise  # nats/token of the reference answers
@@ -92,38 +72,21 @@ class ServeConfig:
     canary_max_eos_drop: float = _CANARY.max_eos_drop  # fall of the fraction of generations that stop
     canary_max_length_ratio: float = _CANARY.max_length_ratio  # x the served version's mean length
     canary_max_answered_drop: float = _CANARY.max_answered_drop  # canary questions answered, since the first version
-    jsd_beta: float = 0.5
-    # groups of fresh on-policy samples per hinted turn, drawn by the trainer (1: the recorded response alone)
-    group_size: int = 1
-    group_temperature: float = 0.7
-    group_max_new_tokens: int = 64
-    group_estimator: str = "grpo"  # "grpo" or "drgrpo"
-    implicit_reward_scale: float = 1.0  # a fresh sample's reward: tanh(mean hinted-teacher gap / this)
-    sft_coef: float = 0.0  # context distillation: SFT on the hinted teacher's own answers (0: off)
-    sft_samples: int = 1  # the teacher's answers per hinted turn
     # does the hinted teacher follow each hint (trainers/teachability.py; docs/learning.md)
     teacher_check: bool = _TEACH.enabled
     teacher_min_gap: float = _TEACH.min_gap  # nats/token the hint must add to the teacher's own answer
     teacher_check_tokens: int = _TEACH.max_new_tokens  # length of the teacher's greedy answer
     teacher_checks_per_hint: int = _TEACH.per_hint  # prompts a hint is measured on, then its median is reused
     unfollowed_hints: str = "drop"  # "drop" (not trained), "skip" (no teacher term) or "train"; by the experiment v2
-    # preference replay (trainers/replay.py; docs/learning.md): earlier turns per user re-taught under all
-    # of the user's standing preferences, and optimizer passes per step within a time budget
-    replay_turns: int = _REPLAY.turns
-    replay_steps: int = _REPLAY.steps
-    replay_budget_s: float = _REPLAY.budget_s
 
     def trainer_config(self) -> TrainerConfig:
-        """The trainer's settings, taken from these: every setting of the same name, and the nested ones."""
+        """The trainer's settings, taken from these: the learning settings as they are, and the nested ones."""
         from slime_ext.algorithms import PolicyLossConfig
         from slime_ext.trainers.loop import TrainerConfig
 
-        nested = {"canary": self.canary_config(), "teacher_check": self.teacher_check_config(),
-                  "loss": PolicyLossConfig(kl_coef=self.kl_coef)}
-        mine = {f.name for f in dataclasses.fields(self)}
-        same = {f.name: getattr(self, f.name) for f in dataclasses.fields(TrainerConfig)
-                if f.name in mine and f.name not in nested}
-        return TrainerConfig(**same, **nested)
+        learning = {f.name: getattr(self, f.name) for f in dataclasses.fields(LearningConfig)}
+        return TrainerConfig(**learning, canary=self.canary_config(), teacher_check=self.teacher_check_config(),
+                             loss=PolicyLossConfig(kl_coef=self.kl_coef))
 
     def teacher_check_config(self) -> TeachabilityConfig:
         """The trainer's teacher-check settings, taken from these."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 
 class Method(enum.StrEnum):
@@ -38,6 +38,41 @@ class Method(enum.StrEnum):
     def uses_verdicts(self) -> bool:
         """It trains the judge's verdicts (Binary RL, Combine)."""
         return self in (Method.BINARY, Method.COMBINE)
+
+
+ESTIMATORS: tuple[str, ...] = ("grpo", "drgrpo")  # group advantage estimators (algorithms/groups.py)
+SELECT_RULES: tuple[str, ...] = ("shortest", "token_optimal", "sequence_optimal")  # topk_select hint choice
+
+
+class JudgedTurn(TypedDict):
+    """A judged turn as the store reads it back for training (``Store.trainable_turns``, ``replay_turns``,
+    ``recent_judged``): exactly the columns the store selects, JSON columns decoded."""
+
+    session_id: str
+    idx: int
+    user: str | None
+    policy_version: int
+    policy_version_end: int
+    verdict: int  # -1, 0 or +1
+    prompt_token_ids: list[int]
+    response_token_ids: list[int]
+    response_logprobs: list[float]
+    hint: str | None
+    hint_judged_at: float | None
+    teacher_logprobs: list[float] | None  # stored by an earlier teacher pass
+    messages: list[dict[str, Any]] | None
+    tools: list[dict[str, Any]] | None
+    tool_choice: Any
+    finish_reason: str
+    sampling: dict[str, Any] | None  # the request's sampling settings
+
+
+class TrainingRow(JudgedTurn, total=False):
+    """A judged turn as the trainer fills it in before the step (``trainers/loop.py``)."""
+
+    teacher_prompt_ids: list[int] | None  # the hinted prompt the teacher scored
+    teacher_topk: Any  # the teacher's top-k at each position (distill topk / forward_kl / jsd / topk_select)
+    topk_select: dict[str, Any]  # which candidate hint was chosen where
 
 
 @dataclass

@@ -177,7 +177,7 @@ def gated_trainer(tmp_path, lr: float, lora_rank: int = 0):
     store = Store(tmp_path / "run")
     for i in range(4):
         record(store, base, f"s{i}", [11 + i, 12, 13], [1000 + i, 1001, 1002], 1 if i % 2 else -1)
-    cfg = TrainerConfig(batch_size=4, lr=lr, lora_rank=lora_rank, lora_alpha=8)
+    cfg = TrainerConfig(method="binary", batch_size=4, lr=lr, lora_rank=lora_rank, lora_alpha=8)
     canary = Canary(CanaryConfig(), AutoTokenizer.from_pretrained(model_dir), store, tmp_path / "run")
     return OnlineTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg, canary=canary), store
 
@@ -291,7 +291,7 @@ def test_smollm2_default_thresholds_pass_a_normal_step_and_refuse_a_broken_one(t
                                messages=[], reply_key=f"s{i}"))
         store.set_next_state(f"s{i}", 0, "feedback", "user")
         store.record_verdict(f"s{i}", 0, 1 if i % 2 else -1, [(1 if i % 2 else -1, "test")])
-    cfg = TrainerConfig(batch_size=4, lr=5e-4, max_staleness=100)
+    cfg = TrainerConfig(method="binary", batch_size=4, lr=5e-4, max_staleness=100)
     trainer = OnlineTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg, pad_id=tok.pad_token_id,
                             canary=Canary(CanaryConfig(), tok, store, tmp_path / "run"))
     healthy = trainer.step()

@@ -69,7 +69,7 @@ def test_step_trains_marks_drops_and_the_checkpoint_swaps_in(tmp_path, lora_rank
     from slime_ext.trainers.loop import wrap_lora
 
     model_dir, base, store, good, bad = setup(tmp_path)
-    cfg = TrainerConfig(batch_size=4, lr=lr, lora_rank=lora_rank, lora_alpha=16, max_staleness=4)
+    cfg = TrainerConfig(method="binary", batch_size=4, lr=lr, lora_rank=lora_rank, lora_alpha=16, max_staleness=4)
     trainer = OnlineTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg)
     metrics = trainer.step()
     assert metrics["version"] == 1 and abs(metrics["ratio_mean"] - 1) < 1e-4  # on-policy first step
@@ -97,7 +97,7 @@ def test_resume_remarks_the_latest_checkpoint_and_restores_weights(tmp_path):
     from slime_ext.trainers.loop import wrap_lora
 
     model_dir, base, store, _, _ = setup(tmp_path)
-    cfg = TrainerConfig(batch_size=4, lr=5e-3, lora_rank=4, lora_alpha=8)
+    cfg = TrainerConfig(method="binary", batch_size=4, lr=5e-3, lora_rank=4, lora_alpha=8)
     trainer = OnlineTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg)
     trainer.step()
     trained = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
@@ -125,7 +125,7 @@ def test_kl_to_the_initial_policy_uses_the_adapter_disabled_model_and_holds_it_b
     drift = {}
     for kl_coef in (0.0, 5.0):
         model_dir, base, store, good, bad = setup(tmp_path / f"kl{kl_coef}")
-        cfg = TrainerConfig(batch_size=4, lr=2e-2, lora_rank=8, lora_alpha=16, loss=PolicyLossConfig(kl_coef=kl_coef))
+        cfg = TrainerConfig(method="binary", batch_size=4, lr=2e-2, lora_rank=8, lora_alpha=16, loss=PolicyLossConfig(kl_coef=kl_coef))
         trainer = OnlineTrainer(wrap_lora(base, cfg), store, tmp_path / f"kl{kl_coef}" / "run", cfg)
         m = trainer.step()
         if kl_coef:
@@ -152,7 +152,7 @@ def test_running_baseline_comes_from_earlier_batches_and_survives_a_restart(tmp_
     from slime_ext.trainers.loop import wrap_lora
 
     model_dir, base, store, _, _ = setup(tmp_path)
-    cfg = TrainerConfig(batch_size=4, lr=1e-3, lora_rank=4, lora_alpha=8, baseline="running")
+    cfg = TrainerConfig(method="binary", batch_size=4, lr=1e-3, lora_rank=4, lora_alpha=8, baseline="running")
     trainer = OnlineTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg)
     verdicts = [t["verdict"] for t in store.trainable_turns(4)]  # the order the trainer takes them
     assert trainer.step()["baseline"] == 0.0  # no earlier verdicts
@@ -170,7 +170,7 @@ def test_old_checkpoints_keep_only_their_trainer_state(tmp_path):
     from slime_ext.trainers.loop import wrap_lora
 
     model_dir, base, store, _, _ = setup(tmp_path)
-    cfg = TrainerConfig(batch_size=4, lr=1e-3, lora_rank=4, lora_alpha=8, keep_checkpoints=2)
+    cfg = TrainerConfig(method="binary", batch_size=4, lr=1e-3, lora_rank=4, lora_alpha=8, keep_checkpoints=2)
     trainer = OnlineTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg)
     for _ in range(4):
         store.mark_trained([(s, 0) for s in ("good1", "bad1", "good2", "bad2")], None)
@@ -262,7 +262,7 @@ def test_a_turn_older_than_the_cap_is_trained_with_its_staleness_in_the_metrics(
     _, base, store, _, _ = setup(tmp_path)
     for i in range(3):
         record(store, base, f"new{i}", [71, 72 + i], [7000 + i], 1)
-    cfg = TrainerConfig(batch_size=4, lr=1e-3, lora_rank=4, lora_alpha=8, max_staleness=4)
+    cfg = TrainerConfig(method="binary", batch_size=4, lr=1e-3, lora_rank=4, lora_alpha=8, max_staleness=4)
     trainer = OnlineTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg)
     assert trainer.step()["over_cap_turns"] == 0
     m = trainer.step()  # at version 1: "old" (version -10) and the three new turns (version 0)

@@ -28,8 +28,9 @@ import math
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
+from slime_ext.types import ESTIMATORS
+
 Estimator = Literal["grpo", "drgrpo"]
-ESTIMATORS: tuple[str, ...] = ("grpo", "drgrpo")
 
 
 @dataclass(frozen=True)

@@ -39,9 +39,9 @@ import torch
 
 from slime_ext.algorithms.ppo import masked_sample_mean
 from slime_ext.algorithms.topk import gather_log_softmax
+from slime_ext.types import SELECT_RULES
 
 SelectRule = Literal["shortest", "token_optimal", "sequence_optimal"]
-SELECT_RULES: tuple[str, ...] = ("shortest", "token_optimal", "sequence_optimal")
 Support = Literal["student", "teacher", "overlap"]
 SUPPORTS: tuple[str, ...] = ("student", "teacher", "overlap")
 LOG_RATIO_CLAMP = 20.0  # guard on log(rho) before exp, as upstream: a rare tail id cannot overflow

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from slime_ext.types import Turn
+from slime_ext.types import JudgedTurn, Turn
 
 log = logging.getLogger(__name__)
 
@@ -171,9 +171,7 @@ def migrate(conn: sqlite3.Connection) -> None:
 
 
 # What training needs of a judged turn (the trainer, the Slime rollout hook).
-_TRAINING_COLUMNS = """session_id, idx, user, policy_version, policy_version_end, verdict, prompt_token_ids,
-    response_token_ids, response_logprobs, hint, hint_judged_at, teacher_logprobs, messages, tools, tool_choice,
-    finish_reason, sampling"""
+_TRAINING_COLUMNS = ", ".join(JudgedTurn.__annotations__)  # what a judged turn is read back as
 
 
 class Store:
@@ -344,7 +342,7 @@ class Store:
                 "SELECT user, COUNT(*), SUM(standing) FROM preferences GROUP BY user ORDER BY user").fetchall()
         return {r[0] or "-": {"preferences": r[1], "standing": r[2]} for r in rows}
 
-    def replay_turns(self, user: str | None, exclude: set[tuple[str, int]], limit: int) -> list[dict[str, Any]]:
+    def replay_turns(self, user: str | None, exclude: set[tuple[str, int]], limit: int) -> list[JudgedTurn]:
         """Up to ``limit`` of ``user``'s main-line turns with a response, newest first, none of ``exclude``
         (the turns a replay re-teaches under the user's accumulated preferences: ``trainers/replay.py``)."""
         if limit <= 0:
@@ -365,7 +363,7 @@ class Store:
         self._exec("UPDATE turns SET dropped=? WHERE session_id=? AND idx=?", (reason, session_id, idx))
 
     # --------------------------------------------------------------- reads
-    def trainable_turns(self, limit: int) -> list[dict[str, Any]]:
+    def trainable_turns(self, limit: int) -> list[JudgedTurn]:
         """Judged turns not yet trained on nor dropped, in the order they were judged."""
         with self._lock:
             rows = self._conn.execute(
@@ -386,7 +384,7 @@ class Store:
                    ORDER BY judged_at, id""").fetchall()
         return [dict(r) for r in rows]
 
-    def recent_judged(self, limit: int) -> list[dict[str, Any]]:
+    def recent_judged(self, limit: int) -> list[JudgedTurn]:
         """The latest judged turns, newest first, whatever became of them (for evaluation)."""
         with self._lock:
             rows = self._conn.execute(
@@ -397,7 +395,7 @@ class Store:
         return self._decode_turns(rows)
 
     @staticmethod
-    def _decode_turns(rows) -> list[dict[str, Any]]:
+    def _decode_turns(rows) -> list[JudgedTurn]:
         decode = ("prompt_token_ids", "response_token_ids", "response_logprobs", "teacher_logprobs", "messages",
                   "tools", "tool_choice", "sampling")  # JSON columns
         return [dict(r) | {k: json.loads(r[k]) if r[k] is not None else None for k in decode} for r in rows]

@@ -30,27 +30,18 @@ sample of the student, and SFT is the student's likelihood of it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
 
 from slime_ext.algorithms.groups import group_advantages, implicit_reward
 from slime_ext.logprobs import output_logits, scoring_temperature, teacher_forced_logprobs
-from slime_ext.types import Sample
+from slime_ext.trainers.learning import GroupConfig
+from slime_ext.types import Sample, TrainingRow
 
 # (hinted teacher prompt ids, response ids, scoring temperature) -> (teacher log-probs of the response at that
 # temperature, its top-k or full log-probs)
 TeacherScorer = Callable[[list[int], list[int], float], tuple[list[float], Any]]
-
-
-@dataclass(frozen=True)
-class GroupConfig:
-    size: int = 1  # members per judged turn, the recorded response included; 1: no groups
-    temperature: float = 0.7  # the trainer's own sampling temperature for fresh samples (0: greedy)
-    max_new_tokens: int = 64
-    estimator: str = "grpo"  # "grpo" or "drgrpo" (algorithms/groups.py)
-    reward_scale: float = 1.0  # nats of mean teacher gap per unit of implicit reward (before tanh)
 
 
 def sample_responses(model, prompt_ids: Sequence[int], n: int, *, temperature: float, max_new_tokens: int,
@@ -85,7 +76,7 @@ def sample_responses(model, prompt_ids: Sequence[int], n: int, *, temperature: f
 
 
 def fresh_sample(prompt: list[int], response: list[int], student: list[float], teacher: list[float],
-                 teacher_topk: Any, reward: float, row: dict[str, Any], version: int, temperature: float = 1.0) -> Sample:
+                 teacher_topk: Any, reward: float, row: TrainingRow, version: int, temperature: float = 1.0) -> Sample:
     """A fresh group member as a ``Sample`` (``metadata["fresh"]``), on-policy at ``version``, sampled
     (and scored: ``student``, ``teacher``) at ``temperature``."""
     return Sample(tokens=prompt + response, response_length=len(response), loss_mask=[1] * len(response),
@@ -95,7 +86,7 @@ def fresh_sample(prompt: list[int], response: list[int], student: list[float], t
                             "temperature": temperature})
 
 
-def demonstration(teacher_model, row: dict[str, Any], student, config: GroupConfig, sft_coef: float, *,
+def demonstration(teacher_model, row: TrainingRow, student, config: GroupConfig, sft_coef: float, *,
                   stop_ids: Sequence[int], version: int, context: int = 0,
                   generator: torch.Generator | None = None) -> Sample | None:
     """One answer of ``teacher_model`` to the hinted prompt (``row["teacher_prompt_ids"]``), as an SFT
@@ -114,7 +105,7 @@ def demonstration(teacher_model, row: dict[str, Any], student, config: GroupConf
                             "advantage": sft_coef, "policy_version": version, "policy_version_end": version})
 
 
-def build_group(model, row: dict[str, Any], recorded: Sample, teacher: TeacherScorer, config: GroupConfig, *,
+def build_group(model, row: TrainingRow, recorded: Sample, teacher: TeacherScorer, config: GroupConfig, *,
                 stop_ids: Sequence[int], version: int, context: int = 0,
                 generator: torch.Generator | None = None) -> tuple[list[Sample], dict[str, Any]]:
     """The group of one hinted turn (``row`` with ``teacher_prompt_ids``), its members' advantages

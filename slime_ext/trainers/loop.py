@@ -25,145 +25,46 @@ from typing import Any, Callable
 
 import torch
 
-from slime_ext.algorithms import AdvantageWeights, PolicyLossConfig, RunningBaseline, staleness_filter
-from slime_ext.algorithms.groups import ESTIMATORS
+from slime_ext.algorithms import PolicyLossConfig, RunningBaseline, staleness_filter
 from slime_ext.algorithms.staleness import catchup_size, staleness_metrics
 from slime_ext.algorithms.topk import teacher_topk
-from slime_ext.algorithms.topk_select import SELECT_RULES, select_support
+from slime_ext.algorithms.topk_select import select_support
 from slime_ext.judge.hints import candidate_hints, parse_hint
 from slime_ext.logprobs import scoring_temperature, teacher_forced_log_softmax, teacher_forced_logits
 from slime_ext.teacher import teacher_prompt_ids
 from slime_ext.trainers.canary import CanaryConfig, snapshot
-from slime_ext.trainers.groups import GroupConfig, build_group, demonstration
-from slime_ext.trainers.replay import ReplayConfig, replay_metrics, replay_rows, replay_samples
+from slime_ext.trainers.groups import build_group, demonstration
+from slime_ext.trainers.learning import LearningConfig
+from slime_ext.trainers.replay import replay_metrics, replay_rows, replay_samples
 from slime_ext.trainers.step import Batch, response_logprobs, train_step
 from slime_ext.trainers.teachability import TeachabilityConfig, TeacherChecker, excluded
-from slime_ext.types import Method, Sample
+from slime_ext.types import Method, Sample, TrainingRow
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class TrainerConfig:
-    method: str = Method.BINARY.value  # a Method: binary, opd or combine
-    batch_size: int = 4
-    lr: float = 1e-4
-    lora_rank: int = 16  # 0: full weights
+class TrainerConfig(LearningConfig):
+    """The learning settings (``trainers/learning.py``, declared there once) and what only the trainer has."""
+
     lora_alpha: int = 32
     lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
                                                              "gate_proj", "up_proj", "down_proj"])
-    max_staleness: int = 4  # a backlog is taken in steps large enough that no turn waits longer (versions)
-    baseline: str = "none"  # "none" or "running" (EMA of earlier verdicts; see algorithms/advantages.py)
-    keep_checkpoints: int = 3  # newest versions kept whole; older ones keep only trainer_state.json (0: all)
     micro_batch_size: int = 4
     loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     canary: CanaryConfig = field(default_factory=CanaryConfig)  # used when the trainer is given a Canary
-    w_rl: float = 1.0  # Combine: weight of the verdict term
-    w_opd: float = 1.0  # Combine / OPD: weight of the teacher term
-    opd_clip: float = 5.0  # bound on |teacher - rollout| per token
-    teacher: str = "base"  # "base" (frozen initial model) or "policy" (the current policy: self-distillation)
-    # "token": the teacher term in the advantage; at every position over the teacher's top-k plus a
-    # tail bin: "topk" (reverse KL), "forward_kl" or "jsd" (JSD(jsd_beta)); see algorithms/divergence.py;
-    # "topk_select": upstream's recipe (algorithms/topk_select.py), opd_clip its log-prob-difference clip
-    distill: str = "token"
-    topk: int = 20  # k of the top-k distillation (>= 20, as the top-k OPD recipes use)
-    # whose top-k: the teacher's, or the student's (keeps the teacher's full log-probs); topk_select: or "overlap"
-    topk_support: str = "teacher"
-    hint_m: int = 1  # topk_select: candidate hints per turn, from the hint judge's votes
-    topk_select_rule: str = "sequence_optimal"  # topk_select: "shortest", "token_optimal" or "sequence_optimal"
-    jsd_beta: float = 0.5  # distill jsd: 0 is forward KL, 1 reverse KL
-    # groups of fresh on-policy samples per hinted turn (trainers/groups.py); 1: the recorded response alone
-    group_size: int = 1
-    group_temperature: float = 0.7  # the trainer's sampling temperature for fresh samples
-    group_max_new_tokens: int = 64
-    group_estimator: str = "grpo"  # "grpo" ((r - mean) / std) or "drgrpo" (r - mean)
-    implicit_reward_scale: float = 1.0  # a fresh sample's reward: tanh(mean teacher gap / this)
-    # context distillation: SFT on sft_samples answers of the hinted teacher per hinted turn, weight sft_coef (0: off)
-    sft_coef: float = 0.0
-    sft_samples: int = 1
     # does the hinted teacher follow each hint (trainers/teachability.py); unfollowed "skip": no teacher term
     teacher_check: TeachabilityConfig = field(default_factory=TeachabilityConfig)
-    # earlier turns replayed under each user's standing preferences, K passes per step (trainers/replay.py)
-    replay_turns: int = ReplayConfig.turns
-    replay_steps: int = ReplayConfig.steps
-    replay_budget_s: float = ReplayConfig.budget_s
-
-    @property
-    def topk_coef(self) -> float:
-        """Weight of the top-k distillation loss (``w_opd``, when it replaces the token term)."""
-        if self.distill == "token":
-            return 0.0
-        return AdvantageWeights.for_method(self.method, self.w_rl, self.w_opd, self.opd_clip).w_opd
-
-    @property
-    def divergence(self) -> str:
-        """The divergence of the distillation loss (``algorithms/divergence.py``)."""
-        return "reverse_kl" if self.distill in ("token", "topk") else self.distill
-
-    @property
-    def weights(self) -> AdvantageWeights:
-        """The advantage weights; with top-k distillation the teacher term is the separate loss."""
-        w = AdvantageWeights.for_method(self.method, self.w_rl, self.w_opd, self.opd_clip)
-        return AdvantageWeights(w.w_rl, 0.0, w.opd_clip) if self.distill != "token" else w
-
-    @property
-    def replay(self) -> ReplayConfig:
-        return ReplayConfig(self.replay_turns, self.replay_steps, self.replay_budget_s)
-
-    @property
-    def groups(self) -> GroupConfig:
-        return GroupConfig(self.group_size, self.group_temperature, self.group_max_new_tokens, self.group_estimator,
-                           self.implicit_reward_scale)
 
     def validate(self) -> None:
-        """Raise ValueError naming the setting that cannot work (``method`` may be "none": serving only)."""
-        if self.teacher not in ("base", "policy"):
-            raise ValueError(f"teacher {self.teacher!r}: expected base or policy")
-        if self.topk_support not in ("teacher", "student", "overlap"):
-            raise ValueError(f"topk_support {self.topk_support!r}: expected teacher, student or overlap")
-        if self.baseline not in ("none", "running"):
-            raise ValueError(f"baseline {self.baseline!r}: expected none or running")
-        if self.topk < 1 or self.batch_size < 1:
-            raise ValueError(f"topk and batch_size must be at least 1, got {self.topk} and {self.batch_size}")
-        if self.w_rl < 0 or self.w_opd < 0 or self.opd_clip <= 0:
-            raise ValueError("w_rl and w_opd must be >= 0 and opd_clip > 0")
-        if self.lora_rank < 0 or self.max_staleness < 0 or self.lr <= 0:
-            raise ValueError("lora_rank and max_staleness must be >= 0 and lr > 0")
-        if self.distill not in DISTILL:
-            raise ValueError(f"distill {self.distill!r}: expected one of {', '.join(DISTILL)}")
-        self._validate_topk_select()
-        if not 0.0 <= self.jsd_beta <= 1.0:
-            raise ValueError(f"jsd_beta must be in [0, 1], got {self.jsd_beta}")
-        if self.group_size < 1 or self.group_max_new_tokens < 1 or self.group_temperature < 0:
-            raise ValueError("group_size and group_max_new_tokens must be >= 1 and group_temperature >= 0")
-        if self.group_estimator not in ESTIMATORS or self.implicit_reward_scale <= 0:
-            raise ValueError(f"group_estimator {self.group_estimator!r}: expected one of {', '.join(ESTIMATORS)}, "
-                             f"and implicit_reward_scale > 0")
-        if self.sft_coef < 0 or self.sft_samples < 1:
-            raise ValueError(f"sft_coef must be >= 0 and sft_samples >= 1; got {self.sft_coef} and {self.sft_samples}")
-        if (self.group_size > 1 or self.sft_coef) and not Method.parse(self.method).uses_hints:
-            raise ValueError("group_size > 1 and sft_coef need method opd or combine: they need the hinted teacher, "
-                             "and binary judges no hints")
+        """Raise ValueError naming the setting that cannot work."""
+        super().validate()
         self.teacher_check.validate()
-        self.replay.validate(self.method, self.distill)
-
-    def _validate_topk_select(self) -> None:
-        """The settings only ``distill: topk_select`` uses (``hint_m``, ``topk_select_rule``, support ``overlap``)."""
-        if self.topk_select_rule not in SELECT_RULES:
-            raise ValueError(f"topk_select_rule {self.topk_select_rule!r}: expected one of {', '.join(SELECT_RULES)}")
-        if self.hint_m < 1:
-            raise ValueError(f"hint_m must be >= 1; got {self.hint_m}")
-        if self.distill != "topk_select" and (self.hint_m > 1 or self.topk_support == "overlap"):
-            raise ValueError(f"hint_m > 1 and topk_support overlap need distill topk_select (distill is {self.distill})")
-        if self.distill == "topk_select" and not Method.parse(self.method).uses_hints:
-            raise ValueError("distill topk_select needs method opd or combine: it distills hinted teachers, and "
-                             "binary judges no hints")
 
 
-DISTILL = ("token", "topk", "forward_kl", "jsd", "topk_select")
 
 
-def no_signal(method: str, row: dict[str, Any]) -> str | None:
+def no_signal(method: str, row: TrainingRow) -> str | None:
     """Why a judged turn gives ``method`` nothing to learn from, or None when it does."""
     has_hint, m = row.get("hint") is not None, Method.parse(method)
     if m is Method.BINARY and row["verdict"] == 0:
@@ -186,7 +87,7 @@ def latest_checkpoint(run_dir: str | Path) -> tuple[int, Path] | None:
     return int(done[-1].name[1:]), done[-1]
 
 
-def select_turns(store, rows: list[dict[str, Any]], method: str, version: int, n: int,
+def select_turns(store, rows: list[TrainingRow], method: str, version: int, n: int,
                  check: Callable[[dict[str, Any]], str | None] | None = None) -> list[dict[str, Any]]:
     """Up to ``n`` of ``rows`` with a training signal for ``method``, whatever their age (both drivers
     use this rule); refused rows are marked dropped with their reason. ``version``: the trainer's
@@ -214,12 +115,12 @@ def select_turns(store, rows: list[dict[str, Any]], method: str, version: int, n
     return usable
 
 
-def sampled_temperature(row: dict[str, Any]) -> float | None:
+def sampled_temperature(row: TrainingRow) -> float | None:
     """The temperature a recorded turn was sampled at (its ``sampling``; 0 is greedy), None if unknown."""
     return (row.get("sampling") or {}).get("temperature")
 
 
-def turn_to_sample(row: dict[str, Any]) -> Sample:
+def turn_to_sample(row: TrainingRow) -> Sample:
     """A judged turn as a Slime ``Sample``: exactly the recorded tokens and log-probs (and the
     teacher's, when the turn has them), and the temperature it was sampled at
     (``metadata["temperature"]``), which its log-probs are taken at in training."""
@@ -398,7 +299,7 @@ class OnlineTrainer:
         self.canary.prepare(self.model)
         return snapshot(self.model, self.optimizer)
 
-    def _canary_refused(self, rows: list[dict[str, Any]], metrics: dict[str, Any], restore: Callable[[], None]) -> bool:
+    def _canary_refused(self, rows: list[TrainingRow], metrics: dict[str, Any], restore: Callable[[], None]) -> bool:
         """The canary's verdict on the updated model, before anything is saved. A refused update is
         undone (weights and optimizer state as before the step), its turns are dropped with the
         reason, and no version is published: the served one stays."""
@@ -413,7 +314,7 @@ class OnlineTrainer:
         metrics.update(version=self.version, turns=len(rows), refused=why)
         return True
 
-    def grouped(self, samples: list[Sample], rows: list[dict[str, Any]]) -> tuple[list[Sample], list[dict[str, Any]]]:
+    def grouped(self, samples: list[Sample], rows: list[TrainingRow]) -> tuple[list[Sample], list[dict[str, Any]]]:
         """``samples`` with each hinted turn's fresh group members added (``group_size`` > 1) and its
         context-distillation samples (``sft_coef`` > 0), and a record of each group
         (``trainers/groups.py``). Unhinted turns stay groups of one."""
@@ -443,13 +344,13 @@ class OnlineTrainer:
                 out.extend([demo] if demo is not None else [])
         return out, records
 
-    def _teach(self, row: dict[str, Any]) -> str | None:
+    def _teach(self, row: TrainingRow) -> str | None:
         """Score a hinted row with the teacher (OPD / Combine) before it is taken; why not, or None."""
         if row.get("hint") and Method.parse(self.config.method).uses_hints:
             return self.score_with_teacher(row) or self.select_hint(row) or self.check_teacher(row)
         return None
 
-    def select_hint(self, row: dict[str, Any]) -> str | None:
+    def select_hint(self, row: TrainingRow) -> str | None:
         """``distill: topk_select``: score each candidate hint's teacher and pi_old (the policy now) on the
         recorded response, choose by overlap and fix the support and its advantages
         (``algorithms/topk_select.py``); the turn's teacher log-probs become the chosen candidate's at each
@@ -493,7 +394,7 @@ class OnlineTrainer:
             return True
         return self.checker.follows(hint) is not False
 
-    def check_teacher(self, row: dict[str, Any]) -> str | None:
+    def check_teacher(self, row: TrainingRow) -> str | None:
         """Does the hinted teacher follow the row's hint (``trainers/teachability.py``)? Stores the check;
         an unfollowed hint loses its teacher term (``unfollowed: skip``). Why the turn is dropped, or None."""
         if not self.config.teacher_check.enabled:
@@ -515,7 +416,7 @@ class OnlineTrainer:
             row.update(teacher_logprobs=None, teacher_topk=None, teacher_prompt_ids=None)
         return why
 
-    def score_with_teacher(self, row: dict[str, Any]) -> str | None:
+    def score_with_teacher(self, row: TrainingRow) -> str | None:
         """Set ``row["teacher_logprobs"]`` (and store them; ``topk_select``: ``select_hint`` stores the chosen
         candidates' instead); return why not when that is impossible."""
         why = self._score(row, row["hint"])
@@ -523,7 +424,7 @@ class OnlineTrainer:
             self.store.set_teacher_logprobs(row["session_id"], row["idx"], row["teacher_logprobs"])
         return why
 
-    def _score(self, row: dict[str, Any], hint: str | list[str]) -> str | None:
+    def _score(self, row: TrainingRow, hint: str | list[str]) -> str | None:
         """Set ``row``'s teacher log-probs, top-k and prompt ids under ``hint`` (one, or several: a
         user's preferences); return why not when that is impossible."""
         prompt, why = self._teacher_prompt(row, hint)
@@ -536,7 +437,7 @@ class OnlineTrainer:
         self.teacher_s = time.perf_counter() - started
         return None
 
-    def _teacher_prompt(self, row: dict[str, Any], hint: str | list[str]) -> tuple[list[int], str | None]:
+    def _teacher_prompt(self, row: TrainingRow, hint: str | list[str]) -> tuple[list[int], str | None]:
         """``row``'s teacher prompt ids under ``hint``, and why it cannot be used (None when it can): a
         template that cannot render it, or no room for the response within the context."""
         try:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from slime_ext.types import Method, Sample
+from slime_ext.types import JudgedTurn, Method, Sample, TrainingRow
 
 
 @dataclass
@@ -41,8 +41,8 @@ class ReplayConfig:
                              "teacher (all the user's preferences), not candidate hints to select among")
 
 
-def replay_rows(store, batch: list[dict[str, Any]], limit: int,
-                keep: Callable[[str], bool] = lambda hint: True) -> list[tuple[dict[str, Any], list[str]]]:
+def replay_rows(store, batch: list[TrainingRow], limit: int,
+                keep: Callable[[str], bool] = lambda hint: True) -> list[tuple[JudgedTurn, list[str]]]:
     """For each user of ``batch`` (first seen first) with standing preferences that ``keep`` accepts (the
     trainer leaves out those the teacher does not follow): up to ``limit`` of the user's earlier main-line
     turns not in ``batch``, newest first, each with those preferences (in the order first stated)."""
@@ -57,9 +57,9 @@ def replay_rows(store, batch: list[dict[str, Any]], limit: int,
     return out
 
 
-def replay_samples(pairs: list[tuple[dict[str, Any], list[str]]],
-                   score: Callable[[dict[str, Any], list[str]], str | None],
-                   to_sample: Callable[[dict[str, Any]], Sample]) -> tuple[list[Sample], list[str]]:
+def replay_samples(pairs: list[tuple[JudgedTurn, list[str]]],
+                   score: Callable[[TrainingRow, list[str]], str | None],
+                   to_sample: Callable[[TrainingRow], Sample]) -> tuple[list[Sample], list[str]]:
     """The replayed samples: each row scored by ``score(row, hints)`` (sets its ``teacher_logprobs`` /
     ``teacher_topk`` / ``teacher_prompt_ids``; returns why it cannot be, or None), as a sample with no
     verdict (reward 0) marked ``metadata["replay"]``; and why the others were left out."""
