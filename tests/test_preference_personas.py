@@ -25,6 +25,8 @@ CASES = {
                   ("10 words",)),
     "sure": ("Sure! The answer is {a}.", "The answer is {a}.", ('"Sure!"',)),
     "great": ("Great question! It is {a}.", "The answer is {a}.", ('"Great question!"',)),
+    "so": ("So, it is {a}.", "It is {a}.", ('"So,"',)),
+    "the_answer": ("The answer is {a}.", "It is {a}.", ('"The answer is"',)),
     "asks_back": ("It is {a}. Did you know that?", "The answer is {a}.", ("question",)),
 }
 

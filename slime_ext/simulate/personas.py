@@ -58,7 +58,8 @@ between ``. ! ?`` followed by a space or the end.
 One-preference personas (``PREFERENCE_PERSONAS``, the experiment v2) ask general questions
 (``questions.py``) and hold one standing preference each: ``one_sentence`` (one sentence of at
 most 20 words), ``under_ten`` (at most 10 words), ``sure`` (starts with "Sure!"), ``great``
-(starts with "Great question!"), ``asks_back`` (ends with a question). An answer must also
+(starts with "Great question!"), ``so`` (starts with "So,"), ``the_answer`` (starts with "The answer
+is"), ``asks_back`` (ends with a question). An answer must also
 answer the question (hold one of its keys); the correction names what is missing ("You didn't
 answer my question." and / or the preference, in one of three phrasings a user would use), and
 the score is 1 only when both hold.
@@ -272,6 +273,17 @@ GREAT = _preference(
     "great", f"starts with '{GREAT_OPENER}'", lambda r: r.lstrip().startswith(GREAT_OPENER),
     (f'Please always start with "{GREAT_OPENER}".', f'From now on, begin every answer with "{GREAT_OPENER}".',
      f'Next time, start your answer with "{GREAT_OPENER}".'))
+SO_OPENER = "So,"
+ANSWER_OPENER = "The answer is"
+SO = _preference(
+    "so", f"starts with '{SO_OPENER}'", lambda r: r.lstrip().startswith(SO_OPENER),
+    (f'Please always start your answer with "{SO_OPENER}".', f'From now on, start every answer with "{SO_OPENER}".',
+     f'Next time, begin your answer with "{SO_OPENER}".'))
+THE_ANSWER = _preference(
+    "the_answer", f"starts with '{ANSWER_OPENER}'", lambda r: r.lstrip().startswith(ANSWER_OPENER),
+    (f'Please always start your answer with "{ANSWER_OPENER}".',
+     f'From now on, start every answer with "{ANSWER_OPENER}".',
+     f'Next time, begin your answer with "{ANSWER_OPENER}".'))
 ASKS_BACK = _preference(
     "asks_back", "ends with a question to the user", lambda r: r.rstrip().endswith("?"),
     ("Please always end your answer with a follow-up question for me.",
@@ -279,8 +291,8 @@ ASKS_BACK = _preference(
      "Next time, end with a question back to me."))
 
 PERSONAS: dict[str, Persona] = {p.name: p for p in (STUDENT, TEACHER, TERSE, ONE_SENTENCE, UNDER_TEN, SURE, GREAT,
-                                                    ASKS_BACK)}
-PREFERENCE_PERSONAS = ("one_sentence", "under_ten", "sure", "great", "asks_back")
+                                                    SO, THE_ANSWER, ASKS_BACK)}
+PREFERENCE_PERSONAS = ("one_sentence", "under_ten", "sure", "great", "so", "the_answer", "asks_back")
 
 
 def get_persona(name: str) -> Persona:
