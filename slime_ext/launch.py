@@ -82,6 +82,16 @@ class ServerProcess:
         with urllib.request.urlopen(self.base + "/healthz", timeout=5) as r:
             return json.loads(r.read())
 
+    def chat(self, messages: list[dict[str, Any]], *, max_tokens: int = 6, timeout: float = 120.0,
+             **body: Any) -> dict[str, Any]:
+        """One non-streamed chat completion (``body``: more request fields, e.g. ``seed``); the response
+        JSON. Raises ``urllib.error.HTTPError`` on an error status."""
+        data = json.dumps({"model": "m", "messages": messages, "max_tokens": max_tokens, **body}).encode()
+        req = urllib.request.Request(self.url + "/chat/completions", data=data,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read())
+
     def log_tail(self, n: int = 3000) -> str:
         try:
             return self.log_path.read_text(errors="replace")[-n:]

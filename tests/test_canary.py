@@ -216,10 +216,7 @@ def test_a_healthy_update_passes_the_canary_and_is_published(tmp_path, lora_rank
 
 
 def chat(srv, messages, seed):
-    body = json.dumps({"model": "m", "messages": messages, "max_tokens": 6, "seed": seed}).encode()
-    req = urllib.request.Request(srv.url + "/chat/completions", data=body, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        return json.loads(r.read())
+    return srv.chat(messages, seed=seed)
 
 
 def feedback_round(srv, n: int = 2) -> None:

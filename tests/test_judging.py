@@ -10,10 +10,7 @@ from slime_ext.store import SCHEMA, Store, export_records
 
 
 def chat(srv, messages, seed=1):
-    body = json.dumps({"model": "m", "messages": messages, "max_tokens": 4, "seed": seed}).encode()
-    req = urllib.request.Request(srv.url + "/chat/completions", data=body, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        return json.loads(r.read())["choices"][0]["message"]["content"]
+    return srv.chat(messages, seed=seed, max_tokens=4)["choices"][0]["message"]["content"]
 
 
 def conversation(srv, first, feedback, seed=1):

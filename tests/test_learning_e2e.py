@@ -7,10 +7,7 @@ import urllib.request
 
 
 def chat(srv, messages, seed, full=False):
-    body = json.dumps({"model": "m", "messages": messages, "max_tokens": 6, "seed": seed}).encode()
-    req = urllib.request.Request(srv.url + "/chat/completions", data=body, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        data = json.loads(r.read())
+    data = srv.chat(messages, seed=seed)
     return data if full else data["choices"][0]["message"]["content"]
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.request
 
 import pytest
 
@@ -22,11 +21,7 @@ HINT = "Answer with a single word."
 
 
 def chat(srv, messages, seed):
-    body = json.dumps({"model": "m", "messages": messages, "max_tokens": 6, "seed": seed}).encode()
-    req = urllib.request.Request(srv.url + "/chat/completions", data=body, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        assert r.status == 200
-        return json.loads(r.read())["choices"][0]["message"]["content"]
+    return srv.chat(messages, seed=seed)["choices"][0]["message"]["content"]
 
 
 GROUPS = ["--distill", "forward_kl", "--topk", "20", "--group-size", "3", "--group-max-new-tokens", "4"]

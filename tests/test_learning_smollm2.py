@@ -10,9 +10,7 @@ log-probs are compared at that temperature, the distribution the engine recorded
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 
 import torch
 
@@ -28,10 +26,7 @@ PROMPTS = [
 
 
 def chat(srv, messages, seed):
-    body = json.dumps({"model": "m", "messages": messages, "max_tokens": 24, "seed": seed}).encode()
-    req = urllib.request.Request(srv.url + "/chat/completions", data=body, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=300) as r:
-        return json.loads(r.read())
+    return srv.chat(messages, seed=seed, max_tokens=24, timeout=300)
 
 
 def test_lora_cycle_on_smollm2_moves_logprobs_the_way_the_verdicts_say(make_server):

@@ -11,10 +11,7 @@ def get(url):
 
 
 def chat(srv):
-    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}).encode()
-    req = urllib.request.Request(srv.url + "/chat/completions", data=body, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        return json.loads(r.read())
+    return srv.chat([{"role": "user", "content": "hi"}], max_tokens=3)
 
 
 def metric(text, name):

@@ -5,7 +5,6 @@ hint the teacher does not follow trains no teacher term when ``unfollowed: skip`
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import subprocess
 import sys
@@ -258,10 +257,7 @@ def test_an_older_run_directory_gets_the_table(tmp_path):
 
 
 def chat(srv, messages, seed):
-    body = json.dumps({"model": "m", "messages": messages, "max_tokens": 6, "seed": seed}).encode()
-    req = urllib.request.Request(srv.url + "/chat/completions", data=body, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as r:
-        return json.loads(r.read())
+    return srv.chat(messages, seed=seed)
 
 
 def test_server_shows_hints_the_teacher_cannot_follow(make_server):
