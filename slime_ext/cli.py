@@ -80,8 +80,10 @@ def _add_serving_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
 def _add_judge_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
     """Who judges each turn from its next state."""
     p = p.add_argument_group("judging")
-    p.add_argument("--judge", choices=["heuristic", "self", "openai", "off"],
-                   help=f"how next states are judged: a lexical classifier, the served model with its adapter disabled (self), an OpenAI-compatible model, or not at all [{d.judge}]")
+    p.add_argument("--judge", metavar="JUDGE",
+                   help=f"how next states are judged: heuristic (a lexical classifier), self (the served model with "
+                        f"its adapter disabled), openai (an OpenAI-compatible model), off, or your own backend as "
+                        f"module:attr (docs/extending.md) [{d.judge}]")
     p.add_argument("--judge-url", help="OpenAI-compatible endpoint of the judge model (with --judge openai)")
     p.add_argument("--judge-model", help="model name to ask the judge endpoint for")
     p.add_argument("--judge-key", help="API key of the judge endpoint (also $OPENCLAW_RL_JUDGE_KEY)")

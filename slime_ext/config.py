@@ -23,6 +23,9 @@ _CANARY = CanaryConfig()
 _TEACH = TeachabilityConfig()
 
 
+BUILTIN_JUDGES = ("heuristic", "self", "openai", "off")
+
+
 @dataclass
 class ServeConfig(LearningConfig):
     model: str = "smollm2-135m"
@@ -54,7 +57,7 @@ class ServeConfig(LearningConfig):
     log_level: str = "info"
     status_interval_s: float = 5.0  # live status line (a terminal) or a status log line when it changes; 0: off
     # judging: "heuristic", "self" (the served model with its adapter disabled), "openai" (any
-    # OpenAI-compatible endpoint) or "off"
+    # OpenAI-compatible endpoint), "off", or a user's backend: module:attr, or an installed package's name
     judge: str = "heuristic"
     judge_url: str = ""
     judge_model: str = ""
@@ -117,8 +120,7 @@ class ServeConfig(LearningConfig):
 
     def validated(self) -> ServeConfig:
         """Return self, or raise ValueError naming the setting that cannot work."""
-        if self.judge not in ("heuristic", "self", "openai", "off"):
-            raise ValueError(f"judge {self.judge!r}: expected heuristic, self, openai or off")
+        self._validate_judge()
         if self.judge == "openai" and (not self.judge_url or not self.judge_model):
             raise ValueError("judge openai needs judge_url and judge_model (--judge-url, --judge-model)")
         Method.parse(self.method)
@@ -140,6 +142,19 @@ class ServeConfig(LearningConfig):
         trainer.canary.validate()
         self._validate_http()
         return self
+
+    def _validate_judge(self) -> None:
+        """A built-in judge, or a user's that loads (``slime_ext.plugins``: the error says why not)."""
+        from slime_ext.plugins import entry_point_names, is_spec, load_object
+
+        if self.judge in BUILTIN_JUDGES:
+            return
+        if not is_spec(self.judge) and self.judge not in entry_point_names("judge"):
+            raise ValueError(f"judge {self.judge!r}: expected {', '.join(BUILTIN_JUDGES)}, a module:attribute path "
+                             f"to your own (docs/extending.md), or the name of an installed one "
+                             f"({', '.join(entry_point_names('judge')) or 'none installed'})")
+        if not callable(load_object(self.judge, "judge")):
+            raise ValueError(f"judge {self.judge!r}: not callable; it must make the backend from the settings")
 
     def _validate_http(self) -> None:
         from slime_ext.api.policy import normalize_origin

@@ -75,6 +75,22 @@ def served_sampling_defaults(cfg: ServeConfig, model_dir: str | Path | None) -> 
     return defaults
 
 
+def user_judge_backend(cfg: ServeConfig):
+    """The backend a user's ``--judge module:attr`` (or installed name) makes: ``attr(cfg)``, which must
+    have an async ``vote(messages, *, seed, inputs=None) -> str`` (``judge/backends.py``)."""
+    from slime_ext.plugins import PluginError, load_object
+
+    make = load_object(cfg.judge, "judge")
+    try:
+        backend = make(cfg)
+    except Exception as e:  # the user's code: its error, named, not a traceback
+        raise PluginError(f"judge {cfg.judge!r}: making the backend failed: {type(e).__name__}: {e}") from None
+    if not callable(getattr(backend, "vote", None)):
+        raise PluginError(f"judge {cfg.judge!r} made a {type(backend).__name__}, which has no vote(messages, *, seed, "
+                          f"inputs=None) method")
+    return backend
+
+
 def build_judge_worker(cfg: ServeConfig, store, engine=None, tokenizer=None):
     """The judge loop for ``cfg.judge``, or None when judging is off."""
     from slime_ext.judge import EngineJudgeBackend, HeuristicBackend, HintJudge, Judge, OpenAIJudgeBackend
@@ -87,9 +103,11 @@ def build_judge_worker(cfg: ServeConfig, store, engine=None, tokenizer=None):
         backend = HeuristicBackend()
     elif cfg.judge == "self":  # the served model with its adapter disabled: a frozen judge, no extra weights
         backend = EngineJudgeBackend(engine, tokenizer, frozen_base=True, max_new_tokens=512)
-    else:
+    elif cfg.judge == "openai":
         key = cfg.judge_key or os.environ.get("OPENCLAW_RL_JUDGE_KEY") or None
         backend = OpenAIJudgeBackend(cfg.judge_url, cfg.judge_model, key)
+    else:
+        backend = user_judge_backend(cfg)
     judge = Judge(backend, votes=cfg.judge_votes or None, timeout_s=cfg.judge_timeout_s,
                   max_concurrency=cfg.judge_concurrency)
     hints = HintJudge.from_judge(judge) if Method.parse(cfg.method).uses_hints else None

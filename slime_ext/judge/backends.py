@@ -11,6 +11,10 @@ one task only and names it in ``task`` ("judge" or "hint"); a runner of another 
 - ``EngineJudgeBackend``: an ``Engine`` (the ``self`` judge), prompt rendered with the model's chat
   template by ``PromptRenderer``.
 - ``HeuristicBackend``: the lexical classifier of ``heuristic.py``.
+- a user's backend, named by ``--judge module:attr`` (``slime_ext.plugins``; ``docs/extending.md``):
+  only ``vote`` is required; ``name``, ``default_votes`` (else 3), ``task`` (``"judge"``: it reads the
+  turn for the reward only, and hints come from the heuristic's reading) and ``hint_backend`` (the
+  backend the hint judge uses instead of this one) are read when present.
 
 The voting machinery is ``VoteRunner`` (``Judge`` and ``hints.HintJudge`` are its two tasks):
 ``collect`` never raises: a vote that fails or times out abstains and its reason is kept (and a
@@ -39,6 +43,11 @@ log = logging.getLogger(__name__)
 DEFAULT_MODEL_VOTES = 3
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_MAX_CONCURRENCY = 4
+
+
+def backend_name(backend: Any) -> str:
+    """A backend's ``name``, or its class name (a user's backend need not set one)."""
+    return getattr(backend, "name", None) or type(backend).__name__
 
 
 class JudgeError(RuntimeError):
@@ -106,9 +115,9 @@ class VoteRunner:
     ) -> None:
         serves = getattr(backend, "task", None)
         if serves is not None and serves != self.task:
-            raise ValueError(f"the {backend.name} backend answers the {serves!r} task, not {self.task!r}")
+            raise ValueError(f"the {backend_name(backend)} backend answers the {serves!r} task, not {self.task!r}")
         self.backend = backend
-        self.votes = votes if votes is not None else backend.default_votes
+        self.votes = votes if votes is not None else getattr(backend, "default_votes", DEFAULT_MODEL_VOTES)
         if self.votes < 1:
             raise ValueError("votes must be at least 1")
         if max_concurrency < 1:
@@ -138,13 +147,13 @@ class VoteRunner:
                 text = await asyncio.wait_for(self.backend.vote(messages, seed=seed, inputs=inputs), self.timeout_s)
         except asyncio.TimeoutError:
             reason = f"abstained: timed out after {self.timeout_s:g}s"
-            log.warning("%s vote (%s): %s", self.task, self.backend.name, reason)
+            log.warning("%s vote (%s): %s", self.task, backend_name(self.backend), reason)
             return None, reason
         except asyncio.CancelledError:
             raise
         except Exception as e:
             reason = f"abstained: {_short(e)}"
-            log.warning("%s vote (%s): %s", self.task, self.backend.name, reason)
+            log.warning("%s vote (%s): %s", self.task, backend_name(self.backend), reason)
             return None, reason
         text = text if isinstance(text, str) else str(text)
         return text, text  # an unparsable answer abstains in the task's reading; its text shows why

@@ -182,9 +182,14 @@ class HintJudge(VoteRunner):
 
     @classmethod
     def from_judge(cls, judge: Judge) -> HintJudge:
-        """The hint judge for a reward judge: its backend (the heuristic's hint reading for the
-        heuristic), votes, timeout, seed and context budget, and its concurrency bound, shared."""
-        backend = HeuristicHintBackend() if isinstance(judge.backend, HeuristicBackend) else judge.backend
+        """The hint judge for a reward judge: its backend's ``hint_backend`` when it has one, else its
+        backend, except that a backend serving the reward task only (the heuristic, or a user's with
+        ``task = "judge"``) gets the heuristic's hint reading; its votes, timeout, seed and context
+        budget, and its concurrency bound, shared."""
+        backend = getattr(judge.backend, "hint_backend", None)
+        if backend is None:
+            reward_only = isinstance(judge.backend, HeuristicBackend) or getattr(judge.backend, "task", None) == "judge"
+            backend = HeuristicHintBackend() if reward_only else judge.backend
         return cls(backend, votes=judge.votes, timeout_s=judge.timeout_s, seed=judge.seed,
                    max_context_chars=judge.max_context_chars, semaphore=judge.semaphore)
 
