@@ -60,7 +60,7 @@ async def run(args):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from slime_ext.algorithms.topk import teacher_topk
-    from slime_ext.api.prompt import PromptRenderer
+    from slime_ext.chat.prompt import PromptRenderer
     from slime_ext.judge import HeuristicBackend, HintJudge, Judge, JudgeInput
     from slime_ext.logprobs import teacher_forced_logits
     from slime_ext.models import resolve_model

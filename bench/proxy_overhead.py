@@ -78,8 +78,8 @@ async def run(args: argparse.Namespace) -> dict:
     import aiohttp
     from transformers import AutoTokenizer
 
-    from slime_ext.api.prompt import PromptRenderer
     from slime_ext.api.server import _stop_token_ids
+    from slime_ext.chat.prompt import PromptRenderer
     from slime_ext.config import ServeConfig
     from slime_ext.engines.base import SamplingParams
     from slime_ext.engines.local import LocalEngine

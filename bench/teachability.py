@@ -29,7 +29,7 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from slime_ext.api.prompt import PromptRenderer, stop_token_ids
+    from slime_ext.chat.prompt import PromptRenderer, stop_token_ids
     from slime_ext.models import resolve_model
     from slime_ext.teacher import teacher_prompt_ids
     from slime_ext.trainers.teachability import TeachabilityConfig, TeacherChecker

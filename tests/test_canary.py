@@ -263,7 +263,7 @@ def test_smollm2_default_thresholds_pass_a_normal_step_and_refuse_a_broken_one(t
     passes the default canary; the next step at lr 10 is refused and the weights stay version 1's."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from slime_ext.api.prompt import PromptRenderer
+    from slime_ext.chat.prompt import PromptRenderer
     from slime_ext.logprobs import teacher_forced_logprobs
     from slime_ext.models import resolve_model
     from slime_ext.types import Turn

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from slime_ext.api.prompt import tool_call_text
-from slime_ext.api.reply import ReplyParser, parse_tool_call
+from slime_ext.chat.prompt import tool_call_text
+from slime_ext.chat.reply import ReplyParser, parse_tool_call
 from slime_ext.judge.prompts import render_tool_calls
 
 DEEP = "[" * 100000

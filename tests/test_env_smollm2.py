@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from slime_ext.api.prompt import PromptRenderer, stop_token_ids
+from slime_ext.chat.prompt import PromptRenderer, stop_token_ids
 from slime_ext.engines import SamplingParams
 from slime_ext.engines.local import LocalEngine
 from slime_ext.envs import known_settings, list_tasks, make_env

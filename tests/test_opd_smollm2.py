@@ -15,7 +15,7 @@ import asyncio
 import pytest
 import torch
 
-from slime_ext.api.prompt import PromptRenderer, stop_token_ids
+from slime_ext.chat.prompt import PromptRenderer, stop_token_ids
 from slime_ext.engines.base import SamplingParams
 from slime_ext.engines.local import LocalEngine
 from slime_ext.logprobs import teacher_forced_logprobs

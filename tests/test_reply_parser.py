@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from slime_ext.api.reply import ReplyParser, find_stop, parse_tool_call, partial_suffix
+from slime_ext.chat.reply import ReplyParser, find_stop, parse_tool_call, partial_suffix
 
 TOOLS = {"get_weather", "search"}
 

@@ -75,7 +75,7 @@ async def test_first_step_ratio_is_one_and_an_unhinted_teachers_gap_is_zero_at_t
     0.5) too, and a teacher shown exactly the student's prompt scores it like the student (gap 0)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from slime_ext.api.prompt import PromptRenderer
+    from slime_ext.chat.prompt import PromptRenderer
 
     model_dir = resolve_model("tiny")
     engine = LocalEngine(model_dir, dtype="float32", threads=1, prefix_cache_tokens=0)

@@ -94,7 +94,7 @@ def test_bad_settings_are_refused_by_name():
 def tiny():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from slime_ext.api.prompt import PromptRenderer
+    from slime_ext.chat.prompt import PromptRenderer
     from slime_ext.models import resolve_model
 
     model_dir = resolve_model("tiny")
@@ -299,7 +299,7 @@ def test_smollm2_follows_one_short_sentence_and_not_lowercase():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from bench.teachability import QUESTIONS
-    from slime_ext.api.prompt import PromptRenderer, stop_token_ids
+    from slime_ext.chat.prompt import PromptRenderer, stop_token_ids
     from slime_ext.models import resolve_model
     from slime_ext.teacher import teacher_prompt_ids
 

@@ -3,7 +3,7 @@
 import pytest
 from transformers import AutoTokenizer
 
-from slime_ext.api.prompt import PromptRenderer
+from slime_ext.chat.prompt import PromptRenderer
 from slime_ext.models import resolve_model
 from slime_ext.teacher import HINT_BLOCK, teacher_logprobs, teacher_messages, teacher_prompt_ids
 

@@ -17,7 +17,7 @@ def tiny_model_and_renderer():
     """The tiny model (float32, seeded) and a prompt renderer for its tokenizer, for trainer tests."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from slime_ext.api.prompt import PromptRenderer
+    from slime_ext.chat.prompt import PromptRenderer
 
     model_dir = resolve_model("tiny")
     torch.manual_seed(0)
@@ -187,7 +187,7 @@ def test_opd_step_stores_teacher_logprobs_and_pulls_towards_the_teacher(tmp_path
     """The hint makes the teacher prefer some tokens; an OPD step moves the student towards it."""
     from transformers import AutoTokenizer
 
-    from slime_ext.api.prompt import PromptRenderer
+    from slime_ext.chat.prompt import PromptRenderer
     from slime_ext.trainers.loop import wrap_lora
 
     model_dir, base, store, _, _ = setup(tmp_path)

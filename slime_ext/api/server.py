@@ -38,9 +38,9 @@ from slime_ext.api.policy import (
     normalize_origin,
     request_user,
 )
-from slime_ext.api.prompt import PromptRenderer, stop_token_ids
-from slime_ext.api.reply import ReplyParser
 from slime_ext.api.schemas import ChatRequest, parse_chat_request
+from slime_ext.chat.prompt import PromptRenderer, stop_token_ids
+from slime_ext.chat.reply import ReplyParser
 from slime_ext.engines.base import EngineError, SamplingParams
 from slime_ext.models.generation import OPENAI_DEFAULTS, SamplingDefaults
 from slime_ext.sessions import Assignment, SessionTracker, message_key

@@ -75,7 +75,7 @@ class ChatSegments:
 
 
 def _stop_ids(tokenizer: Any) -> tuple[int, ...]:
-    from slime_ext.api.prompt import stop_token_ids
+    from slime_ext.chat.prompt import stop_token_ids
 
     return stop_token_ids(tokenizer)
 

@@ -45,7 +45,7 @@ class RunSettings:
 def _load(settings: RunSettings):
     from transformers import AutoTokenizer
 
-    from slime_ext.api.prompt import PromptRenderer, stop_token_ids
+    from slime_ext.chat.prompt import PromptRenderer, stop_token_ids
     from slime_ext.engines.local import LocalEngine
     from slime_ext.models import resolve_model
 

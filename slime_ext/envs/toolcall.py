@@ -2,7 +2,7 @@
 
 Tools. One OpenAI-style function, ``python`` (``PYTHON_TOOL``), with a required string argument ``code``.
 ``tools`` hands it to the agent loop, which renders it with the model's own chat template (natively where the
-template knows tools, else in the system message in the Hermes / Qwen convention: see slime_ext/api/prompt.py).
+template knows tools, else in the system message in the Hermes / Qwen convention: see slime_ext/chat/prompt.py).
 Observations are tool results (``observation_role = "tool"``).
 
 Episode. ``reset(task)`` makes a fresh temporary workspace and one ``Sandbox`` for the episode (limits per
@@ -11,7 +11,7 @@ output kept per stream; no network in namespace mode), and returns the problem p
 format and "end your final message with the number". ``close`` removes the workspace.
 
 Action format. The model's whole message, in the text it emits: tool calls are ``<tool_call>`` blocks holding
-``{"name": "python", "arguments": {"code": "..."}}`` (``slime_ext.api.reply``'s convention: a block is
+``{"name": "python", "arguments": {"code": "..."}}`` (``slime_ext.chat.reply``'s convention: a block is
 accepted exactly when its ``parse_tool_call`` accepts it, so "parameters" and arguments given as a JSON
 string work too). Text around the blocks is ignored.
 
@@ -65,7 +65,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from slime_ext.api.reply import CLOSE, OPEN, parse_tool_call
+from slime_ext.chat.reply import CLOSE, OPEN, parse_tool_call
 from slime_ext.envs.base import EnvTask, SandboxedEpisode, StepResult, fraction_to_reward, register_setting
 from slime_ext.envs.sandbox import RunResult, Sandbox, SandboxLimits, fresh_workspace
 from slime_ext.envs.terminal import CheckResult, clip

@@ -102,7 +102,7 @@ def _tokenizer(path: str):
 
 async def generate(args: Any, sample: Sample, sampling_params: dict[str, Any],
                    evaluation: bool = False) -> Sample | list[Sample]:
-    from slime_ext.api.prompt import PromptRenderer, stop_token_ids
+    from slime_ext.chat.prompt import PromptRenderer, stop_token_ids
     from slime_ext.engines.base import EngineError
     from slime_ext.envs import get_task, make_env
     from slime_ext.envs.agent_loop import ChatSegments, episode_sample, run_episode, step_samples

@@ -139,7 +139,7 @@ class LiveSource:
         """``engine``: an Engine, or an async factory of one (an engine that belongs to an event
         loop, like ``SGLangEngine.connect``, is made on the server's loop). ``rollout_temperature``:
         Slime's ``--rollout-temperature``, the one temperature its trainer scores every sample at."""
-        from slime_ext.api.prompt import PromptRenderer
+        from slime_ext.chat.prompt import PromptRenderer
         from slime_ext.store import Store
 
         self.cfg = cfg
@@ -292,7 +292,7 @@ class LiveSource:
     async def _fresh(self, prompt: list[int], t_prompt: list[int], n: int) -> list[tuple[list[int], list[float], list[float], bool]]:
         """``n`` fresh samples of ``prompt`` from the served policy: (ids, their log-probs at temperature 1,
         the teacher's under ``t_prompt``, whether a stop token ended them); empty samples are left out."""
-        from slime_ext.api.prompt import stop_token_ids
+        from slime_ext.chat.prompt import stop_token_ids
         from slime_ext.engines.base import SamplingParams
 
         stops = stop_token_ids(self.tokenizer)

@@ -297,7 +297,7 @@ class EngineJudgeBackend:
 
     def __init__(self, engine: Any, tokenizer: Any, *, temperature: float = 1.0, max_new_tokens: int = 512,
                  frozen_base: bool = False) -> None:
-        from slime_ext.api.prompt import PromptRenderer, stop_token_ids
+        from slime_ext.chat.prompt import PromptRenderer, stop_token_ids
 
         self.engine = engine
         self.tokenizer = tokenizer

@@ -23,7 +23,7 @@ BUILTIN_GENERATION: dict[str, dict[str, object]] = {
 # A Qwen-style template: system, user, assistant (with <tool_call> blocks) and tool messages,
 # and a <tools> section when tools are given. Used by the `tiny` model so the tool path through
 # the tokenizer's own template is exercised; SmolLM2's template has no tool support and goes
-# through the server's fallback (see slime_ext/api/prompt.py).
+# through the server's fallback (see slime_ext/chat/prompt.py).
 TOOL_CHAT_TEMPLATE = (
     "{%- if tools %}"
     "<|im_start|>system\n"

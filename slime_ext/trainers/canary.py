@@ -213,7 +213,7 @@ class Canary:
     """Measures versions on the canary set and keeps the served version's figures (see the module doc)."""
 
     def __init__(self, config: CanaryConfig, tokenizer, store, run_dir: str | Path) -> None:
-        from slime_ext.api.prompt import PromptRenderer, stop_token_ids
+        from slime_ext.chat.prompt import PromptRenderer, stop_token_ids
 
         config.validate()
         self.config = config

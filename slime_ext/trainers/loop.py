@@ -320,7 +320,7 @@ class OnlineTrainer:
         (``trainers/groups.py``). Unhinted turns stay groups of one."""
         if self.config.group_size <= 1 and not self.config.sft_coef:
             return samples, []
-        from slime_ext.api.prompt import stop_token_ids
+        from slime_ext.chat.prompt import stop_token_ids
 
         out, records = [], []
         context = self.context
@@ -400,7 +400,7 @@ class OnlineTrainer:
         if not self.config.teacher_check.enabled:
             return None
         if self.checker is None:
-            from slime_ext.api.prompt import stop_token_ids
+            from slime_ext.chat.prompt import stop_token_ids
 
             tokenizer = self.renderer.tokenizer
             self.checker = TeacherChecker(self.config.teacher_check, tokenizer, stop_token_ids(tokenizer))

@@ -57,7 +57,7 @@ def trainer_main(model: str, run_dir: str, config: dict[str, Any], poll_s: float
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     from transformers import AutoTokenizer
 
-    from slime_ext.api.prompt import PromptRenderer
+    from slime_ext.chat.prompt import PromptRenderer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     # the teacher re-renders each hinted prompt as the server rendered it
