@@ -22,7 +22,7 @@ from typing import Any
 from slime_ext.config import ServeConfig, load_yaml
 from slime_ext.trainers.learning import BASELINES, DISTILL, TEACHERS, TOPK_SUPPORTS
 from slime_ext.trainers.teachability import UNFOLLOWED
-from slime_ext.types import ESTIMATORS, SELECT_RULES, Method
+from slime_ext.types import ESTIMATORS, SELECT_RULES, VERDICT_CREDIT, Method
 
 
 def _add_serve_args(p: argparse.ArgumentParser) -> None:
@@ -188,6 +188,9 @@ def _add_teacher_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
                    help=f"--distill topk over the teacher's top-k tokens or the student's (topk_select: or their "
                         f"overlap) [{d.topk_support}]")
     p.add_argument("--opd-clip", type=float, help=f"bound on the per-token teacher - rollout log-prob gap [{d.opd_clip:g}]")
+    p.add_argument("--verdict-credit", choices=VERDICT_CREDIT,
+                   help=f"where a -1 verdict lands on a turn the teacher scored: every token (uniform), or where the "
+                        f"hinted teacher disagrees with the answer (teacher) [{d.verdict_credit}]")
 
 
 def serve_config(args: argparse.Namespace) -> ServeConfig:

@@ -42,6 +42,7 @@ class Method(enum.StrEnum):
 
 ESTIMATORS: tuple[str, ...] = ("grpo", "drgrpo")  # group advantage estimators (algorithms/groups.py)
 SELECT_RULES: tuple[str, ...] = ("shortest", "token_optimal", "sequence_optimal")  # topk_select hint choice
+VERDICT_CREDIT: tuple[str, ...] = ("uniform", "teacher")  # where a -1 lands (algorithms/advantages.py)
 
 
 class JudgedTurn(TypedDict):

@@ -14,6 +14,7 @@ from slime_ext.algorithms import (
     policy_loss,
     staleness_filter,
 )
+from slime_ext.algorithms.advantages import mix_advantages
 from slime_ext.algorithms.staleness import catchup_size, staleness_metrics
 
 
@@ -183,3 +184,21 @@ def test_combined_advantages_opd_rl_and_their_absence():
         AdvantageWeights.for_method("nope")
     with pytest.raises(ValueError, match="'none' trains nothing"):
         AdvantageWeights.for_method("none")
+
+
+def test_teacher_credit_lands_a_minus_one_where_the_teacher_disagrees():
+    rollout = torch.tensor([-1.0, -2.0, -0.2, -0.5, -3.0])
+    teacher = torch.tensor([-4.0, -2.5, -0.1, -0.5, -2.0])  # gaps -3.0, -0.5, +0.1, 0, +1.0
+    credit = AdvantageWeights.for_method("combine", w_rl=1.0, w_opd=0.0, verdict_credit="teacher")
+    # the teacher a nat or more against: the whole -1; half a nat: half; agreeing or preferring it: none
+    assert combined_advantages(-1, rollout, teacher, credit).tolist() == pytest.approx([-1.0, -0.5, 0.0, 0.0, 0.0])
+    assert combined_advantages(1, rollout, teacher, credit).tolist() == [1.0] * 5  # a +1 stays on every token
+    assert combined_advantages(-1, rollout, None, credit).tolist() == [-1.0] * 5  # no teacher: uniform, as Binary RL
+    both = AdvantageWeights.for_method("combine", verdict_credit="teacher")  # with the OPD term added
+    want = torch.tensor([-1.0, -0.5, 0.0, 0.0, 0.0]) + torch.tensor([-3.0, -0.5, 0.1, 0.0, 1.0])
+    assert torch.allclose(combined_advantages(-1, rollout, teacher, both), want)
+    # Slime's per-token reward term: only its negative tokens are re-credited
+    rl = torch.tensor([-1.0, -1.0, 1.0, -1.0, 1.0])
+    assert mix_advantages(rl, rollout, teacher, credit).tolist() == pytest.approx([-1.0, -0.5, 1.0, 0.0, 1.0])
+    with pytest.raises(ValueError, match="verdict_credit 'sideways': expected one of uniform, teacher"):
+        AdvantageWeights.for_method("combine", verdict_credit="sideways")

@@ -21,6 +21,14 @@ likely. ``combined_advantages`` is the one formula for every method:
 
 Binary RL is ``w_opd = 0``, OPD is ``w_rl = 0``, Combine uses both. A turn without an accepted
 hint contributes no OPD term (not rollout-vs-trainer noise), and a zero verdict no RL term.
+
+**Where a -1 lands** (``verdict_credit``). ``uniform`` spreads a negative reward term over every
+token, as above. ``teacher`` (for turns the teacher scored) lands it where the hinted teacher
+disagrees: at token t the negative term is scaled by ``clamp(rollout_t - teacher_t, 0, 1)``, full
+where the teacher finds the token at least a nat less likely, none where it agrees. A user who
+says "start with 'So,'" objects to the opening, not to "Tokyo": with ``uniform``, 24 such -1s
+lowered the answer words themselves and held-out answers became "The capital of Sweden is
+Sweden." (experiments/personalization/README.md). A positive term stays on every token.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from dataclasses import dataclass
 
 import torch
 
-from slime_ext.types import Method
+from slime_ext.types import VERDICT_CREDIT, Method
 
 
 @dataclass(frozen=True)
@@ -37,14 +45,19 @@ class AdvantageWeights:
     w_rl: float = 1.0
     w_opd: float = 1.0
     opd_clip: float = 5.0  # bound on |teacher - rollout| per token, in nats
+    verdict_credit: str = "uniform"  # where a negative reward term lands: every token, or where the teacher disagrees
 
     @classmethod
-    def for_method(cls, method: str, w_rl: float = 1.0, w_opd: float = 1.0, opd_clip: float = 5.0) -> AdvantageWeights:
+    def for_method(cls, method: str, w_rl: float = 1.0, w_opd: float = 1.0, opd_clip: float = 5.0,
+                   verdict_credit: str = "uniform") -> AdvantageWeights:
         """The weights ``binary``, ``opd`` and ``combine`` mean."""
         m = Method.parse(method)
         if m is Method.NONE:
             raise ValueError("method 'none' trains nothing: expected binary, opd or combine")
-        return cls(w_rl=w_rl if m.uses_verdicts else 0.0, w_opd=w_opd if m.uses_hints else 0.0, opd_clip=opd_clip)
+        if verdict_credit not in VERDICT_CREDIT:
+            raise ValueError(f"verdict_credit {verdict_credit!r}: expected one of {', '.join(VERDICT_CREDIT)}")
+        return cls(w_rl=w_rl if m.uses_verdicts else 0.0, w_opd=w_opd if m.uses_hints else 0.0, opd_clip=opd_clip,
+                   verdict_credit=verdict_credit)
 
 
 def combined_advantages(reward: float, rollout_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor | None,
@@ -57,16 +70,22 @@ def combined_advantages(reward: float, rollout_logprobs: torch.Tensor, teacher_l
 def mix_advantages(rl: torch.Tensor | float, rollout_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor | None,
                    weights: AdvantageWeights) -> torch.Tensor:
     """``w_rl * rl + w_opd * clip(teacher - rollout, ±opd_clip)`` per token: the one place the
-    OPD term is written. ``rl`` is the reward term, a number for every token (the embedded
+    OPD term is written; with ``verdict_credit: teacher`` a negative ``rl`` lands where the teacher
+    disagrees (module docstring). ``rl`` is the reward term, a number for every token (the embedded
     trainer) or a per-token tensor (Slime's advantages); no teacher, no OPD term."""
     adv = torch.zeros_like(rollout_logprobs, dtype=torch.float32)
-    if weights.w_rl:
-        adv = adv + weights.w_rl * (rl.float() if isinstance(rl, torch.Tensor) else float(rl))
-    if weights.w_opd and teacher_logprobs is not None:
+    gap = None
+    if teacher_logprobs is not None and (weights.w_opd or weights.verdict_credit == "teacher"):
         if teacher_logprobs.shape != rollout_logprobs.shape:
             raise ValueError(f"teacher log-probs {tuple(teacher_logprobs.shape)} do not match the response "
                              f"{tuple(rollout_logprobs.shape)}")
         gap = (teacher_logprobs.float() - rollout_logprobs.float()).clamp(-weights.opd_clip, weights.opd_clip)
+    if weights.w_rl:
+        r = adv + (rl.float() if isinstance(rl, torch.Tensor) else float(rl))
+        if weights.verdict_credit == "teacher" and gap is not None:
+            r = torch.where(r < 0, r * (-gap).clamp(0.0, 1.0), r)
+        adv = adv + weights.w_rl * r
+    if weights.w_opd and gap is not None:
         adv += weights.w_opd * gap
     return adv
 

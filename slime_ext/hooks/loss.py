@@ -68,7 +68,7 @@ def loss_settings(args) -> tuple[AdvantageWeights, PolicyLossConfig]:
     """The method's weights from the plugin config, and Slime's PPO clip (``--eps-clip``, ``--eps-clip-high``)."""
     cfg = plugin_config(args)
     method = Method.BINARY if cfg.method == Method.NONE else Method.parse(cfg.method)
-    weights = AdvantageWeights.for_method(method, cfg.w_rl, cfg.w_opd, cfg.opd_clip)
+    weights = AdvantageWeights.for_method(method, cfg.w_rl, cfg.w_opd, cfg.opd_clip, cfg.verdict_credit)
     config = PolicyLossConfig(eps_low=float(getattr(args, "eps_clip", 0.2)),
                               eps_high=float(getattr(args, "eps_clip_high", None) or getattr(args, "eps_clip", 0.28)))
     return weights, config
@@ -87,7 +87,8 @@ def topk_select_token_loss_from_log_probs(batch: dict[str, Any], log_probs: list
     """``w_rl * L_GRPO + w_opd * L_OPD``, each term ``combine_loss_from_log_probs`` with the other weight
     0 (``L(w * A) = w * L(A)`` for ``w >= 0``, so the weights can stay inside). Pure."""
     rl, rl_metrics = combine_loss_from_log_probs(batch, log_probs, sum_of_sample_mean,
-                                                 AdvantageWeights(weights.w_rl, 0.0, weights.opd_clip), config)
+                                                 AdvantageWeights(weights.w_rl, 0.0, weights.opd_clip,
+                                                                  weights.verdict_credit), config)
     opd, opd_metrics = combine_loss_from_log_probs(batch, log_probs, sum_of_sample_mean,
                                                    AdvantageWeights(0.0, weights.w_opd, weights.opd_clip), config)
     loss = rl + opd

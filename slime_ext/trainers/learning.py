@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from slime_ext.trainers.replay import ReplayConfig
-from slime_ext.types import ESTIMATORS, SELECT_RULES, Method
+from slime_ext.types import ESTIMATORS, SELECT_RULES, VERDICT_CREDIT, Method
 
 if TYPE_CHECKING:
     from slime_ext.algorithms import AdvantageWeights
@@ -52,6 +52,9 @@ class LearningConfig:
     w_rl: float = 1.0  # Combine: weight of the verdict term
     w_opd: float = 1.0  # Combine / OPD: weight of the teacher term
     opd_clip: float = 5.0  # bound on |teacher - rollout| log-prob per token
+    # where a -1 lands on a turn the teacher scored: "uniform" (every token) or "teacher" (where the hinted
+    # teacher disagrees; algorithms/advantages.py)
+    verdict_credit: str = "uniform"
     # "token": the teacher term in the advantage; at every position over the teacher's top-k plus a
     # tail bin: "topk" (reverse KL), "forward_kl" or "jsd" (JSD(jsd_beta)); see algorithms/divergence.py;
     # "topk_select": upstream's recipe (algorithms/topk_select.py), opd_clip its log-prob-difference clip
@@ -83,7 +86,7 @@ class LearningConfig:
 
         if self.distill == "token":
             return 0.0
-        return AdvantageWeights.for_method(self.method, self.w_rl, self.w_opd, self.opd_clip).w_opd
+        return AdvantageWeights.for_method(self.method, self.w_rl, self.w_opd, self.opd_clip, self.verdict_credit).w_opd
 
     @property
     def divergence(self) -> str:
@@ -95,8 +98,8 @@ class LearningConfig:
         """The advantage weights; with top-k distillation the teacher term is the separate loss."""
         from slime_ext.algorithms import AdvantageWeights
 
-        w = AdvantageWeights.for_method(self.method, self.w_rl, self.w_opd, self.opd_clip)
-        return AdvantageWeights(w.w_rl, 0.0, w.opd_clip) if self.distill != "token" else w
+        w = AdvantageWeights.for_method(self.method, self.w_rl, self.w_opd, self.opd_clip, self.verdict_credit)
+        return AdvantageWeights(w.w_rl, 0.0, w.opd_clip, w.verdict_credit) if self.distill != "token" else w
 
     @property
     def replay(self) -> ReplayConfig:
@@ -111,7 +114,8 @@ class LearningConfig:
         """Raise ValueError naming the setting that cannot work (``method`` may be "none": serving only)."""
         Method.parse(self.method)
         for name, choices in (("teacher", TEACHERS), ("topk_support", TOPK_SUPPORTS), ("baseline", BASELINES),
-                              ("distill", DISTILL), ("group_estimator", ESTIMATORS)):
+                              ("distill", DISTILL), ("group_estimator", ESTIMATORS),
+                              ("verdict_credit", VERDICT_CREDIT)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} {getattr(self, name)!r}: expected one of {', '.join(choices)}")
         if self.topk < 1 or self.batch_size < 1:
