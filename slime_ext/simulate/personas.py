@@ -250,6 +250,14 @@ def _preference(name: str, preference: str, test: Callable[[str], bool], phrasin
                    opener=lambda t: t.prompt, thanks="Thanks!", all_or_nothing=True)
 
 
+def _opener(name: str, opener: str) -> Persona:
+    """A persona whose preference is a fixed opening, asked for in three phrasings."""
+    return _preference(name, f"starts with '{opener}'", lambda r: r.lstrip().startswith(opener),
+                       (f'Please always start your answer with "{opener}".',
+                        f'From now on, start every answer with "{opener}".',
+                        f'Next time, begin your answer with "{opener}".'))
+
+
 ONE_SENTENCE_MAX_WORDS = 20
 UNDER_TEN_MAX_WORDS = 10
 OPENER = "Sure!"
@@ -265,25 +273,13 @@ UNDER_TEN = _preference(
     (f"Next time, keep it under {UNDER_TEN_MAX_WORDS} words.",
      f"From now on, please answer in under {UNDER_TEN_MAX_WORDS} words.",
      f"Please always keep your answers under {UNDER_TEN_MAX_WORDS} words."))
-SURE = _preference(
-    "sure", f"starts with '{OPENER}'", lambda r: r.lstrip().startswith(OPENER),
-    (f'Please always start your answer with "{OPENER}".', f'From now on, start every answer with "{OPENER}".',
-     f'Next time, begin your answer with "{OPENER}".'))
+SURE = _opener("sure", OPENER)
 GREAT = _preference(
     "great", f"starts with '{GREAT_OPENER}'", lambda r: r.lstrip().startswith(GREAT_OPENER),
     (f'Please always start with "{GREAT_OPENER}".', f'From now on, begin every answer with "{GREAT_OPENER}".',
      f'Next time, start your answer with "{GREAT_OPENER}".'))
-SO_OPENER = "So,"
-ANSWER_OPENER = "The answer is"
-SO = _preference(
-    "so", f"starts with '{SO_OPENER}'", lambda r: r.lstrip().startswith(SO_OPENER),
-    (f'Please always start your answer with "{SO_OPENER}".', f'From now on, start every answer with "{SO_OPENER}".',
-     f'Next time, begin your answer with "{SO_OPENER}".'))
-THE_ANSWER = _preference(
-    "the_answer", f"starts with '{ANSWER_OPENER}'", lambda r: r.lstrip().startswith(ANSWER_OPENER),
-    (f'Please always start your answer with "{ANSWER_OPENER}".',
-     f'From now on, start every answer with "{ANSWER_OPENER}".',
-     f'Next time, begin your answer with "{ANSWER_OPENER}".'))
+SO = _opener("so", "So,")
+THE_ANSWER = _opener("the_answer", "The answer is")
 ASKS_BACK = _preference(
     "asks_back", "ends with a question to the user", lambda r: r.rstrip().endswith("?"),
     ("Please always end your answer with a follow-up question for me.",
