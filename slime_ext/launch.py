@@ -53,13 +53,15 @@ class ServerProcess:
         return self.proc.pid
 
     def start(self, timeout: float = 300.0) -> ServerProcess:
+        if self.proc is not None and self.proc.poll() is None:  # a second process would be left running
+            raise RuntimeError(f"the server on port {self.port} is already started")
         cmd = [sys.executable, "-m", "slime_ext.cli", "serve", "--model", self.model, "--run-dir", str(self.run_dir),
                "--port", str(self.port), *self.extra]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
         t0 = time.perf_counter()
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=self.env,
-                                     preexec_fn=self._limit_open_files if self.open_files else None)
+                                     preexec_fn=self._child_setup)
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -73,10 +75,18 @@ class ServerProcess:
         self.stop()
         raise RuntimeError(f"server did not come up in {timeout} s:\n{self.log_tail()}")
 
-    def _limit_open_files(self) -> None:
-        import resource
+    def _child_setup(self) -> None:
+        """In the server's process before it runs: it gets SIGTERM (and shuts down) when the process
+        that started it dies, so a killed test run or experiment leaves no server behind (Linux);
+        and ``open_files`` when set."""
+        if sys.platform == "linux":
+            import ctypes
 
-        resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files, self.open_files))
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if self.open_files:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files, self.open_files))
 
     def health(self) -> dict[str, Any]:
         with urllib.request.urlopen(self.base + "/healthz", timeout=5) as r:

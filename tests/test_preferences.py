@@ -224,7 +224,7 @@ def chat(srv, key, messages):
 
 def test_a_users_preferences_are_theirs_alone_through_the_server(make_server, tmp_path, capsys):
     srv = make_server(extra=["--user-key", "alice=key-a", "--user-key", "bob=key-b", "--method", "opd",
-                             "--batch-size", "1000"]).start()
+                             "--batch-size", "1000"])
     for key, question, feedback in (("key-a", "What is 2+2?", "From now on, start every answer with 'Sure!'"),
                                     ("key-b", "Name a color.", "Please always answer in one short sentence.")):
         first = [{"role": "user", "content": question}]
@@ -246,7 +246,7 @@ def test_a_users_preferences_are_theirs_alone_through_the_server(make_server, tm
 def test_each_users_replay_holds_only_their_own_turns_through_the_server(make_server):
     srv = make_server(extra=["--user-key", "alice=key-a", "--user-key", "bob=key-b", "--method", "opd",
                              "--batch-size", "1", "--replay-turns", "3", "--replay-steps", "2", "--no-canary",
-                             "--no-teacher-check"]).start()
+                             "--no-teacher-check"])
     for key, question, feedback in (("key-a", "What is 2+2?", "From now on, start every answer with 'Sure!'"),
                                     ("key-b", "Name a color.", "Please always answer in one short sentence."),
                                     ("key-a", "Name a fruit.", "Going forward, end every answer with a question."),
