@@ -194,6 +194,11 @@ _REDO = _rx(
     r"\b(?:doesn'?t|does not|didn'?t|did not|won'?t|will not) (?:match|compile|run|load|open|help)\b",
     r"\bmore (?:options|ideas|suggestions|alternatives|choices)\b",
 )
+# forms of an answer a user names on their own ("in French", "use bullet points"): languages, cases, layouts
+_FORMS = (r"english|french|spanish|german|italian|portuguese|dutch|chinese|japanese|korean|russian|arabic|hindi"
+          r"|lowercase|lower case|uppercase|upper case|capitals|caps|capital letters|bullet points|bullets"
+          r"|(?:a )?(?:numbered |bulleted )?lists?|(?:a )?tables?|headings|headers|emojis?|markdown|plain text"
+          r"|prose|(?:simpler|simple|plain|shorter) (?:words|language|english|sentences)")
 _DIRECTIVE = _rx(
     r"\byou should(?:n'?t)?\b", r"\bdon'?t\b(?!\s+(?:worry|mind)\b)", r"\bdo not\b", r"\bstop\b",
     r"\binstead\b",
@@ -207,8 +212,14 @@ _DIRECTIVE = _rx(
     # "Write in lowercase", "Talk to me like a friend", "In one sentence please"
     r"^\W*(?:(?:please|pls|ok|okay|and|also|now|just|can you|could you|would you)\W+)*(?:start|begin|end|finish"
     r"|close|open|sign off|answer|reply|respond|write|talk|speak|explain|say)\s+(?:(?:it|that|this|to me|your \w+"
-    r"|(?:each|every|the|all) (?:\w+ )?\w+)\s+)?(?:with|in|using|by|like)\b",
+    r"|everything|all of it|(?:each|every|the|all) (?:\w+ )?\w+)\s+)?(?:with|in|using|by|like|as)\b",
     r"^\W*(?:in|without|using|with only)\s+(?:one|two|three|a single|\d+|fewer|less|plain|simple|bullet)\b",
+    # the form named first: "In French please", "All caps please", "Use bullet points", "Put it in a table",
+    # "Number the steps", "Bold the key terms"
+    rf"^\W*(?:please\W+)?in\s+(?:{_FORMS})\b", rf"^\W*(?:please\W+)?all\s+(?:caps|lowercase|uppercase|capitals)\b",
+    rf"^\W*(?:please\W+)?use\s+(?:{_FORMS})\b",
+    r"^\W*(?:please\W+)?put (?:it|them|this|that|everything|your answers?) (?:in|into|as)\b",
+    r"^\W*(?:please\W+)?(?:number|bold|italici[sz]e|capitali[sz]e|underline|highlight)\s+(?:the|each|every|all|your)\b",
     # a reservation after an acknowledgement: "thanks, but ...", "nice, though ..."
     r"[,.!]\s*(?:but|though|however|although)\b",
     r"^\W*(?:ok|okay|yes|yeah|sure|fine|great|nice|good|thanks?|thx|cool)\s+(?:but|though)\b",
@@ -453,8 +464,10 @@ _ANYWHERE_CUE = re.compile(
 _INSTRUCTION_VERB = re.compile(
     r"(?:include|add|give|write|answer|reply|respond|keep|make|put|start|begin|end|finish|sign|call|show|skip|list"
     r"|summari[sz]e|explain|tell|recommend|suggest|round|format|mention|translate|say|try|redo|rewrite|sort"
-    r"|cite|prefer|remove|drop|leave|cut|focus|stick|send|the user|without|talk|speak|less|more|fewer)\b"
-    r"|no\s+(?!worries\b|problem\b)\W*\w|in (?:one|two|three|a single|\d+|plain|simple)\b",
+    r"|cite|prefer|remove|drop|leave|cut|focus|stick|send|the user|without|talk|speak|less|more|fewer"
+    r"|number|bold|italici[sz]e|capitali[sz]e|underline|highlight)\b"
+    r"|no\s+(?!worries\b|problem\b)\W*\w|in (?:one|two|three|a single|\d+|plain|simple)\b"
+    rf"|in (?:{_FORMS})\b|all (?:caps|lowercase|uppercase|capitals)\b",
     re.I,
 )
 # A weak cue too: a correction's concrete value, a number or "X, not Y" ("No, it ended in 1945.").
