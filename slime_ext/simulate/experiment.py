@@ -314,8 +314,13 @@ def plot(rows: list[dict[str, Any]], path: str | Path) -> None:
 
     groups = _groups(rows)
     personas = sorted({p for _, p in groups})
-    fig, axes = plt.subplots(1, len(personas), figsize=(5.5 * len(personas), 4), squeeze=False)
-    for ax, persona in zip(axes[0], personas):
+    colors = {m: f"C{i % 10}" for i, m in enumerate(sorted({m for m, _ in groups}))}  # one colour per method
+    ncols = min(3, len(personas))
+    nrows = -(-len(personas) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.5 * ncols, 4 * nrows), squeeze=False)
+    for ax in axes.flat[len(personas):]:
+        ax.set_visible(False)
+    for ax, persona in zip(axes.flat, personas):
         base: list[float] = []
         for (method, p), points in sorted(groups.items()):
             if p != persona:
@@ -326,8 +331,8 @@ def plot(rows: list[dict[str, Any]], path: str | Path) -> None:
             ys = [_mean(_scores(points[s])) for s in order]
             lo = [min(_scores(points[s]), default=float("nan")) for s in order]
             hi = [max(_scores(points[s]), default=float("nan")) for s in order]
-            (line,) = ax.plot(xs, ys, marker="o", label=method)
-            ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.2)
+            ax.plot(xs, ys, marker="o", label=method, color=colors[method])
+            ax.fill_between(xs, lo, hi, color=colors[method], alpha=0.2)
         if base:
             ax.axhline(_mean(base), color="gray", linestyle="--", label="base model")
         ax.set_title(persona)
