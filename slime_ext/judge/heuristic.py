@@ -216,7 +216,7 @@ _DIRECTIVE = _rx(
     r"^\W*(?:in|without|using|with only)\s+(?:one|two|three|a single|\d+|fewer|less|plain|simple|bullet)\b",
     # the form named first: "In French please", "All caps please", "Use bullet points", "Put it in a table",
     # "Number the steps", "Bold the key terms"
-    rf"^\W*(?:please\W+)?in\s+(?:{_FORMS})\b", rf"^\W*(?:please\W+)?all\s+(?:caps|lowercase|uppercase|capitals)\b",
+    rf"^\W*(?:please\W+)?in\s+(?:{_FORMS})\b", r"^\W*(?:please\W+)?all\s+(?:caps|lowercase|uppercase|capitals)\b",
     rf"^\W*(?:please\W+)?use\s+(?:{_FORMS})\b",
     r"^\W*(?:please\W+)?put (?:it|them|this|that|everything|your answers?) (?:in|into|as)\b",
     r"^\W*(?:please\W+)?(?:number|bold|italici[sz]e|capitali[sz]e|underline|highlight)\s+(?:the|each|every|all|your)\b",
