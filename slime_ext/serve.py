@@ -13,6 +13,7 @@ from slime_ext.config import ServeConfig
 from slime_ext.types import Method
 
 if TYPE_CHECKING:
+    from slime_ext.api.server import ChatServer
     from slime_ext.models.generation import SamplingDefaults
 
 log = logging.getLogger("openclaw_rl")
@@ -61,6 +62,15 @@ def build_server(cfg: ServeConfig, engine=None, tokenizer=None):
     judge_worker = build_judge_worker(cfg, store, engine, tokenizer)
     watcher = CheckpointWatcher(engine, cfg.resolved_run_dir()) if embedded else None
     return ChatServer(engine, tokenizer, store, tracker, settings, judge_worker=judge_worker, checkpoints=watcher)
+
+
+def start_background(server: ChatServer) -> list[asyncio.Task]:
+    """Start what a built server does besides HTTP: the judge loop and the checkpoint watcher (the
+    HTTP server only notifies the judge of new next states). On the running loop; cancel the tasks
+    to stop them."""
+    tasks = [server.judge_worker.run()] if server.judge_worker else []
+    tasks += [server.checkpoints.run()] if server.checkpoints else []
+    return [asyncio.create_task(t) for t in tasks]
 
 
 def served_sampling_defaults(cfg: ServeConfig, model_dir: str | Path | None) -> SamplingDefaults:
@@ -154,6 +164,7 @@ def run_server(cfg: ServeConfig) -> None:
         runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
         await runner.setup()
         listener = await server.guard.listen(runner.server, cfg.host, cfg.port)
+        background = start_background(server)
         log.info(
             "serving %s (%s, %d threads, policy v%d, context %d) at http://%s:%d/v1; records in %s",
             server.settings.model_name, str(server.engine.dtype).removeprefix("torch."), server.engine.threads,
@@ -168,6 +179,8 @@ def run_server(cfg: ServeConfig) -> None:
         await stop.wait()
         log.info("shutting down")
         status.cancel()
+        for task in background:
+            task.cancel()
         if trainer is not None:
             trainer.terminate()
             trainer.join(10)

@@ -199,17 +199,12 @@ class ChatServer:
         # there without blocking the event loop; requests are rendered in arrival order
         self._render_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="openclaw-render")
         self._sweeper = asyncio.create_task(sweep())
-        self._judging = asyncio.create_task(self.judge_worker.run()) if self.judge_worker else None
-        self._watching = asyncio.create_task(self.checkpoints.run()) if self.checkpoints else None
 
     async def _stop_sweeper(self, app: web.Application) -> None:
         self._sweeper.cancel()
         self.guard.stop()
         if self._render_pool is not None:
             self._render_pool.shutdown(wait=False, cancel_futures=True)
-        for task in (self._judging, self._watching):
-            if task:
-                task.cancel()
 
     # ------------------------------------------------------------------ small endpoints
     async def models(self, request: web.Request) -> web.Response:

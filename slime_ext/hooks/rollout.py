@@ -154,6 +154,7 @@ class LiveSource:
         self._ready = threading.Event()
         self._runner = None
         self._listener = None
+        self._background: list[asyncio.Task] = []  # the judge loop, started with the server
         self._error: Exception | None = None
         self._next_index = 0
         self.port = cfg.port
@@ -175,7 +176,7 @@ class LiveSource:
         asyncio.set_event_loop(self.loop)
 
         async def up() -> None:
-            from slime_ext.serve import build_server
+            from slime_ext.serve import build_server, start_background
 
             if self._make_engine is not None:
                 self.engine = await self._make_engine()
@@ -184,6 +185,7 @@ class LiveSource:
             await self._runner.setup()
             # behind the connection guard, as `serve` is: read timeouts and a cap on open connections
             self._listener = await self.server.guard.listen(self._runner.server, self.cfg.host, self.cfg.port)
+            self._background = start_background(self.server)  # the judge loop (and a watcher, if any)
             self.port = self._listener.sockets[0].getsockname()[1]
             self._ready.set()
 
@@ -198,6 +200,8 @@ class LiveSource:
 
     def stop(self) -> None:
         async def down() -> None:
+            for task in self._background:
+                task.cancel()
             self._listener.close()
             await self._runner.cleanup()
             await self.engine.close()
