@@ -21,7 +21,9 @@ def test_tiny_experiment_writes_csv_markdown_and_png_and_never_trains_on_probes(
         [sys.executable, "-m", "slime_ext.cli", "experiment", "personalization", "--model", "tiny",
          "--methods", "combine", "--personas", "student", "--seeds", "0", "--sessions", "2", "--probe-every", "1",
          "--heldout", "2", "--rounds", "1", "--max-tokens", "8", "--batch-size", "1", "--lora-rank", "4",
-         "--lr", "1e-3", "--out", str(out)],
+         "--lr", "1e-3", "--out", str(out),
+         # the random tiny teacher follows no hint: serve's default (drop) would train none of these turns
+         "--serve-args", "--unfollowed-hints train"],
         capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "2/2 sessions" in r.stderr  # the progress bar
