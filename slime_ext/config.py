@@ -149,10 +149,11 @@ class ServeConfig(LearningConfig):
 
         if self.judge in BUILTIN_JUDGES:
             return
-        if not is_spec(self.judge) and self.judge not in entry_point_names("judge"):
+        installed = [] if is_spec(self.judge) else entry_point_names("judge")
+        if not is_spec(self.judge) and self.judge not in installed:
             raise ValueError(f"judge {self.judge!r}: expected {', '.join(BUILTIN_JUDGES)}, a module:attribute path "
                              f"to your own (docs/extending.md), or the name of an installed one "
-                             f"({', '.join(entry_point_names('judge')) or 'none installed'})")
+                             f"({', '.join(installed) or 'none installed'})")
         if not callable(load_object(self.judge, "judge")):
             raise ValueError(f"judge {self.judge!r}: not callable; it must make the backend from the settings")
 

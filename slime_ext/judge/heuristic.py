@@ -199,6 +199,8 @@ _FORMS = (r"english|french|spanish|german|italian|portuguese|dutch|chinese|japan
           r"|lowercase|lower case|uppercase|upper case|capitals|caps|capital letters|bullet points|bullets"
           r"|(?:a )?(?:numbered |bulleted )?lists?|(?:a )?tables?|headings|headers|emojis?|markdown|plain text"
           r"|prose|(?:simpler|simple|plain|shorter) (?:words|language|english|sentences)")
+_ALL_CASE = r"all\s+(?:caps|lowercase|uppercase|capitals)"  # "All caps please"
+_FORMAT_VERBS = r"number|bold|italici[sz]e|capitali[sz]e|underline|highlight"  # "Number the steps", "Bold the key terms"
 _DIRECTIVE = _rx(
     r"\byou should(?:n'?t)?\b", r"\bdon'?t\b(?!\s+(?:worry|mind)\b)", r"\bdo not\b", r"\bstop\b",
     r"\binstead\b",
@@ -216,10 +218,10 @@ _DIRECTIVE = _rx(
     r"^\W*(?:in|without|using|with only)\s+(?:one|two|three|a single|\d+|fewer|less|plain|simple|bullet)\b",
     # the form named first: "In French please", "All caps please", "Use bullet points", "Put it in a table",
     # "Number the steps", "Bold the key terms"
-    rf"^\W*(?:please\W+)?in\s+(?:{_FORMS})\b", r"^\W*(?:please\W+)?all\s+(?:caps|lowercase|uppercase|capitals)\b",
+    rf"^\W*(?:please\W+)?in\s+(?:{_FORMS})\b", rf"^\W*(?:please\W+)?{_ALL_CASE}\b",
     rf"^\W*(?:please\W+)?use\s+(?:{_FORMS})\b",
     r"^\W*(?:please\W+)?put (?:it|them|this|that|everything|your answers?) (?:in|into|as)\b",
-    r"^\W*(?:please\W+)?(?:number|bold|italici[sz]e|capitali[sz]e|underline|highlight)\s+(?:the|each|every|all|your)\b",
+    rf"^\W*(?:please\W+)?(?:{_FORMAT_VERBS})\s+(?:the|each|every|all|your)\b",
     # a reservation after an acknowledgement: "thanks, but ...", "nice, though ..."
     r"[,.!]\s*(?:but|though|however|although)\b",
     r"^\W*(?:ok|okay|yes|yeah|sure|fine|great|nice|good|thanks?|thx|cool)\s+(?:but|though)\b",
@@ -465,9 +467,9 @@ _INSTRUCTION_VERB = re.compile(
     r"(?:include|add|give|write|answer|reply|respond|keep|make|put|start|begin|end|finish|sign|call|show|skip|list"
     r"|summari[sz]e|explain|tell|recommend|suggest|round|format|mention|translate|say|try|redo|rewrite|sort"
     r"|cite|prefer|remove|drop|leave|cut|focus|stick|send|the user|without|talk|speak|less|more|fewer"
-    r"|number|bold|italici[sz]e|capitali[sz]e|underline|highlight)\b"
+    rf"|{_FORMAT_VERBS})\b"
     r"|no\s+(?!worries\b|problem\b)\W*\w|in (?:one|two|three|a single|\d+|plain|simple)\b"
-    rf"|in (?:{_FORMS})\b|all (?:caps|lowercase|uppercase|capitals)\b",
+    rf"|in (?:{_FORMS})\b|{_ALL_CASE}\b",
     re.I,
 )
 # A weak cue too: a correction's concrete value, a number or "X, not Y" ("No, it ended in 1945.").

@@ -274,10 +274,7 @@ UNDER_TEN = _preference(
      f"From now on, please answer in under {UNDER_TEN_MAX_WORDS} words.",
      f"Please always keep your answers under {UNDER_TEN_MAX_WORDS} words."))
 SURE = _opener("sure", OPENER)
-GREAT = _preference(
-    "great", f"starts with '{GREAT_OPENER}'", lambda r: r.lstrip().startswith(GREAT_OPENER),
-    (f'Please always start with "{GREAT_OPENER}".', f'From now on, begin every answer with "{GREAT_OPENER}".',
-     f'Next time, start your answer with "{GREAT_OPENER}".'))
+GREAT = _opener("great", GREAT_OPENER)
 SO = _opener("so", "So,")
 THE_ANSWER = _opener("the_answer", "The answer is")
 ASKS_BACK = _preference(

@@ -53,15 +53,13 @@ class TrainerConfig(LearningConfig):
     micro_batch_size: int = 4
     loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     canary: CanaryConfig = field(default_factory=CanaryConfig)  # used when the trainer is given a Canary
-    # does the hinted teacher follow each hint (trainers/teachability.py); unfollowed "skip": no teacher term
+    # does the hinted teacher follow each hint, and what an unfollowed one gets (trainers/teachability.py)
     teacher_check: TeachabilityConfig = field(default_factory=TeachabilityConfig)
 
     def validate(self) -> None:
         """Raise ValueError naming the setting that cannot work."""
         super().validate()
         self.teacher_check.validate()
-
-
 
 
 def no_signal(method: str, row: TrainingRow) -> str | None:
@@ -191,7 +189,6 @@ class InitialPolicy:
     def batch_logprobs(self, batch: Batch) -> torch.Tensor:
         with self.weights() as m:
             return response_logprobs(m, batch)
-
 
 
 class OnlineTrainer:

@@ -177,9 +177,9 @@ class TeacherChecker:
                             0.0 if cached else round(time.perf_counter() - started, 3), cached)
 
     def follows(self, hint: str) -> bool | None:
-        """Whether the teacher follows ``hint`` by its median gap so far; None if never measured."""
+        """Whether the teacher follows ``hint`` by its median gap so far (``decide``); None if never measured."""
         gaps = self.gaps.get(hint)
-        return median(list(gaps.values())) >= self.config.min_gap if gaps else None
+        return decide(median(list(gaps.values())), None, self.config.min_gap)[0] if gaps else None
 
     def reuse(self, hint: str) -> TeacherCheck:
         """The decision for a prompt not measured, from the hint's ``per_hint`` measured ones."""
