@@ -126,6 +126,9 @@ def _add_learning_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
     p.add_argument("--canary-max-answered-drop", type=float,
                    help=f"refuse a version that answers this much smaller a fraction of the canary questions than the "
                         f"first version did [{d.canary_max_answered_drop:g}]")
+    p.add_argument("--canary-max-forgotten", type=float,
+                   help=f"refuse a version that no longer recalls more than this fraction of the canary facts the "
+                        f"first version recalled [{d.canary_max_forgotten:g}]")
     p.add_argument("--kl-coef", type=float, help=f"weight of the KL penalty to the initial policy; 0: off [{d.kl_coef:g}]")
 
 

@@ -75,6 +75,7 @@ class ServeConfig(LearningConfig):
     canary_max_eos_drop: float = _CANARY.max_eos_drop  # fall of the fraction of generations that stop
     canary_max_length_ratio: float = _CANARY.max_length_ratio  # x the served version's mean length
     canary_max_answered_drop: float = _CANARY.max_answered_drop  # canary questions answered, since the first version
+    canary_max_forgotten: float = _CANARY.max_forgotten  # of the facts the first version recalled
     # does the hinted teacher follow each hint (trainers/teachability.py; docs/learning.md)
     teacher_check: bool = _TEACH.enabled
     teacher_min_gap: float = _TEACH.min_gap  # nats/token the hint must add to the teacher's own answer
@@ -101,7 +102,8 @@ class ServeConfig(LearningConfig):
         return CanaryConfig(enabled=self.canary, max_nll_rise=self.canary_max_nll_rise,
                             min_distinct_ratio=self.canary_min_distinct_ratio, max_eos_drop=self.canary_max_eos_drop,
                             max_length_ratio=self.canary_max_length_ratio,
-                            max_answered_drop=self.canary_max_answered_drop)
+                            max_answered_drop=self.canary_max_answered_drop,
+                            max_forgotten=self.canary_max_forgotten)
 
     def resolved_run_dir(self) -> Path:
         return Path(self.run_dir or os.path.join("runs", time.strftime("%Y%m%d-%H%M%S")))

@@ -18,9 +18,13 @@ from slime_ext.trainers.canary import (
     CanaryConfig,
     CanaryFigures,
     answered,
+    common_prefix,
     distinct_n,
+    forgotten,
     generation_figures,
+    key_index,
     read_status,
+    reference_pass,
     regressions,
     snapshot,
 )
@@ -90,6 +94,88 @@ def test_answers_are_compared_with_the_first_version_so_a_slow_drift_is_refused(
     assert len(reasons) == 1 and "canary questions answered fell 0.88 -> 0.50 since the first" in reasons[0]
 
 
+def test_forgotten_counts_the_first_versions_facts_lost_not_the_net_change():
+    first = {"spain", "italy", "france", "hot"}
+    assert forgotten(first, first | {"cold"}) == 0.0
+    assert forgotten(first, {"france", "hot", "cold", "dark", "low"}) == 0.5  # two capitals traded for opposites
+    assert forgotten(set(), {"x"}) == 0.0 and forgotten(None, set()) == 0.0  # nothing recalled first: nothing to lose
+
+
+def test_forgetting_facts_is_refused_since_the_first_version():
+    cfg = CanaryConfig()
+    assert regressions(BASE, CanaryFigures(1.30, 0.86, 0.67, 20.0, forgotten=0.1), cfg) == []  # at the limit
+    reasons = regressions(BASE, CanaryFigures(1.30, 0.86, 0.67, 20.0, forgotten=0.32), cfg)
+    assert reasons == ["forgot 32% of the canary facts the first version recalled (limit 10%)"]
+
+
+def test_key_index_points_at_the_token_that_starts_the_key_word():
+    from transformers import AutoTokenizer
+
+    from slime_ext.models import resolve_model
+
+    tok = AutoTokenizer.from_pretrained(resolve_model("tiny"))
+    answer = "The capital of Spain is Madrid."
+    at = key_index(tok, answer, ("madrid",))
+    ids = tok.encode(answer, add_special_tokens=False)
+    assert tok.decode(ids[:at]) == "The capital of Spain is" and tok.decode(ids[at]).strip().startswith("M")
+    assert key_index(tok, "Cows produce milk.", ("honey",)) is None  # no key in the answer
+    assert key_index(tok, "Grass is green.", ("grass",)) == 0  # the answer's first token: predicted from the prompt
+
+
+def test_common_prefix_stops_at_the_first_difference_and_the_limit():
+    assert common_prefix([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]], limit=10) == 2
+    assert common_prefix([[1, 2, 3], [1, 2, 3]], limit=2) == 2
+    assert common_prefix([[1], [2]], limit=5) == 0
+
+
+def test_reference_pass_matches_the_trainers_log_probs_and_argmax(tmp_path):
+    """The shared-prefix, length-sorted, chunked pass gives the NLL the trainer's own log-probs give,
+    and 'recalled' is the full forward pass's argmax at each key; more than one chunk of rows."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from slime_ext.models import resolve_model
+    from slime_ext.trainers.step import collate, response_logprobs
+    from slime_ext.types import Sample
+
+    model_dir = resolve_model("tiny")
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    canary = Canary(CanaryConfig(), AutoTokenizer.from_pretrained(model_dir), FakeStore([]), tmp_path)
+    pairs, key_at = canary.pairs[:20], canary.key_at[:20]
+    key_at[3] = None  # a fact without a key is never recalled
+    # the model's own argmax at four keys, so some facts are recalled
+    for i in (0, 5, 13, 17):
+        p, a = pairs[i]
+        logits = model(input_ids=torch.tensor([p + a])).logits[0]
+        pairs[i] = (p, a[: key_at[i]] + [int(logits[len(p) + key_at[i] - 1].argmax())] + a[key_at[i] + 1 :])
+    nll, recalled = reference_pass(model, pairs, key_at, nll_of=6)
+    samples = [Sample(tokens=p + a, response_length=len(a), loss_mask=[1] * len(a), rollout_log_probs=[0.0] * len(a))
+               for p, a in pairs[:6]]
+    batch = collate(samples)
+    with torch.no_grad():
+        lp = response_logprobs(model, batch)
+    assert nll == pytest.approx(float(-(lp * batch.response_mask).sum() / batch.response_mask.sum()), abs=1e-4)
+    assert [i for i, r in enumerate(recalled) if r] == [0, 5, 13, 17]
+
+
+def test_the_first_versions_facts_are_kept_across_restarts(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from slime_ext.models import resolve_model
+
+    model_dir = resolve_model("tiny")
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    canary = Canary(CanaryConfig(), tok, FakeStore([]), tmp_path)
+    canary.first_known = set(canary.facts[:10])  # as if the first version recalled these (tiny recalls none)
+    canary.status["first_known"] = sorted(canary.first_known)
+    canary.prepare(model)
+    result = canary.check(model, 1)
+    assert result.after.forgotten == 1.0 and result.refused  # tiny recalls none of them
+    again = Canary(CanaryConfig(), tok, FakeStore([]), tmp_path)
+    assert again.first_known == set(canary.facts[:10])
+
+
 def test_bad_canary_settings_are_refused_by_name():
     from slime_ext.config import ServeConfig
 
@@ -103,8 +189,9 @@ def test_cli_maps_the_canary_flags_onto_the_trainer_config():
     from slime_ext.cli import build_parser, serve_config
 
     cfg = serve_config(build_parser().parse_args(["serve", "--no-canary", "--canary-max-nll-rise", "0.5",
-                                                  "--canary-max-answered-drop", "0.5"]))
-    assert cfg.trainer_config().canary == CanaryConfig(enabled=False, max_nll_rise=0.5, max_answered_drop=0.5)
+                                                  "--canary-max-answered-drop", "0.5", "--canary-max-forgotten", "0.2"]))
+    assert cfg.trainer_config().canary == CanaryConfig(enabled=False, max_nll_rise=0.5, max_answered_drop=0.5,
+                                                       max_forgotten=0.2)
     assert serve_config(build_parser().parse_args(["serve"])).trainer_config().canary.enabled  # on by default
 
 
@@ -129,7 +216,7 @@ def test_user_prompts_are_recent_distinct_short_and_re_chosen_every_refresh(tmp_
                     store, tmp_path)
     assert canary.user_prompts() == [[1, 2], [3, 4]]  # the duplicate and the 300-token prompt are skipped
     probes = []
-    canary.probe = lambda model: probes.append(list(canary.prompts)) or BASE
+    canary.probe = lambda model: (probes.append(list(canary.prompts)) or BASE, set())
     canary.prepare(None)
     assert probes[-1] == canary.questions[:CanaryConfig().prompts] + [[1, 2], [3, 4]] and len(probes) == 1
     for _ in range(2):  # two accepted versions: the served figures are the candidates', no re-measure
@@ -301,3 +388,35 @@ def test_smollm2_default_thresholds_pass_a_normal_step_and_refuse_a_broken_one(t
     assert broken["refused"].startswith("canary refused: version 2: reference NLL rose") and trainer.version == 1
     assert all(torch.equal(p, weights[n]) for n, p in trainer.model.named_parameters() if p.requires_grad)
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").glob("v*")) == ["v000001"]
+
+
+@pytest.mark.slow
+def test_smollm2_a_step_that_forgets_capitals_is_refused_though_its_nll_falls(tmp_path):
+    """One LoRA step of SFT on "The capital of X is X." for 8 countries (none in the canary): the
+    reference NLL falls and 5 of 8 canary questions are still answered (the older rules pass it), but
+    a fifth of the facts smollm2 recalled are gone: the forgetting seen in the personalization
+    experiment ("The capital of Sweden is Sweden."), refused by the forgotten rule alone."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from slime_ext.chat.prompt import PromptRenderer
+    from slime_ext.models import resolve_model
+
+    model_dir = str(resolve_model("smollm2-135m"))
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    torch.manual_seed(0)
+    model = wrap_lora(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), TrainerConfig(lora_rank=16))
+    canary = Canary(CanaryConfig(), tok, FakeStore([]), tmp_path)
+    canary.prepare(model)
+    assert len(canary.first_known) >= 30  # smollm2 recalls most of them
+    render, end = PromptRenderer(tok).render, tok.convert_tokens_to_ids("<|im_end|>")
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-4)
+    for country in ["Germany", "Egypt", "Australia", "Ireland", "Norway", "Poland", "India", "Thailand"]:
+        prompt = render([{"role": "user", "content": f"What is the capital of {country}?"}], [])
+        answer = tok.encode(f"The capital of {country} is {country}.", add_special_tokens=False) + [end]
+        logits = model(input_ids=torch.tensor([prompt + answer])).logits[0, len(prompt) - 1 : -1]
+        (torch.nn.functional.cross_entropy(logits, torch.tensor(answer)) / 8).backward()
+    optimizer.step()
+    result = canary.check(model, 1)
+    assert result.after.nll < canary.first.nll  # the NLL rule sees an improvement
+    assert len(result.reasons) == 1 and result.reasons[0].startswith("forgot "), result.reasons
+    assert result.after.forgotten > 0.15
