@@ -7,8 +7,8 @@
 # one episode (observation tokens masked out of the loss) and returns its outcome as the reward.
 # Every node that runs rollouts needs Chromium (scripts/install_browser.sh installs Debian's).
 #
-#   cd slime && bash ../openclaw-rl/gui-rl/run_qwen3_8b_gui_rl.sh
-#   DRY_RUN=1 bash .../run_qwen3_8b_gui_rl.sh     # write the datasets and config, print the commands
+#   cd slime && bash ../gui-rl/run_qwen3_8b_gui_rl.sh    # Slime at ./slime: make slime (or SLIME_DIR)
+#   DRY_RUN=1 bash ../gui-rl/run_qwen3_8b_gui_rl.sh    # write the datasets and config, print the commands
 #
 # Settings come from the environment (SLIME_DIR, HF_CKPT, NUM_GPUS, MAX_TURNS (default 10), SAMPLES,
 # N_SAMPLES_PER_PROMPT, ROLLOUT_BATCH_SIZE, NUM_ROLLOUT, LR, EVAL_INTERVAL, ...): see scripts/slime_agents.sh

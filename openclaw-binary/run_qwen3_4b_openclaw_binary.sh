@@ -3,7 +3,7 @@
 # OpenAI-compatible API on PORT, each turn is judged from the user's next message, and the verdict
 # (+1 / -1) is the advantage of every response token of a PPO-clipped step (train_async.py).
 #
-#   cd slime && bash ../openclaw-rl/openclaw-binary/run_qwen3_4b_openclaw_binary.sh
+#   cd slime && bash ../openclaw-binary/run_qwen3_4b_openclaw_binary.sh
 #   DRY_RUN=1 bash .../run_qwen3_4b_openclaw_binary.sh      # print the commands, start nothing
 #
 # Settings come from the environment (SLIME_DIR, HF_CKPT, NUM_GPUS, ACTOR_GPUS, ROLLOUT_GPUS, PRM_GPUS,

@@ -4,7 +4,7 @@
 # teaches its verdict (w_rl) and, when the user said what would have been better, the teacher's per-token
 # gap from that hint (w_opd), in one PPO-clipped step (our custom loss, train_async.py).
 #
-#   cd slime && bash ../openclaw-rl/openclaw-combine/run_qwen3_4b_openclaw_combine.sh
+#   cd slime && bash ../openclaw-combine/run_qwen3_4b_openclaw_combine.sh
 #   DRY_RUN=1 bash .../run_qwen3_4b_openclaw_combine.sh     # print the commands, start nothing
 #
 # Settings come from the environment (SLIME_DIR, HF_CKPT, NUM_GPUS, ACTOR_GPUS, ROLLOUT_GPUS, PRM_GPUS,

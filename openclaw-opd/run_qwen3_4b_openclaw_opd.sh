@@ -4,7 +4,7 @@
 # judge extracts it as a hint, the teacher (the request with the hint) scores the recorded answer, and
 # the per-token gap teacher - rollout drives the update (our custom loss, train_async.py).
 #
-#   cd slime && bash ../openclaw-rl/openclaw-opd/run_qwen3_4b_openclaw_opd.sh
+#   cd slime && bash ../openclaw-opd/run_qwen3_4b_openclaw_opd.sh
 #   DRY_RUN=1 bash .../run_qwen3_4b_openclaw_opd.sh         # print the commands, start nothing
 #
 # Settings come from the environment (SLIME_DIR, HF_CKPT, NUM_GPUS, ACTOR_GPUS, ROLLOUT_GPUS, PRM_GPUS,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Shared part of the agent-setting launchers (Track 2): terminal-rl/run_qwen3_8b_terminal_rl.sh,
+# Shared part of the agent-setting launchers (Track 2): terminal-rl/terminal_qwen3_8b_rl.sh,
 # toolcall-rl/run_qwen3_8b_toolcall_rl.sh, swe-rl/run_qwen3_8b_swe_rl.sh. They train Qwen3-8B with GRPO on
 # this repository's task sets with an unmodified Slime (THUDM/slime v0.3.1), following Slime's
 # scripts/run-qwen3-8B.sh (MODEL_ARGS from scripts/models/qwen3-8B.sh; CKPT_ARGS, ROLLOUT_ARGS, EVAL_ARGS,
@@ -26,6 +26,9 @@
 #   HF_CKPT          Hugging Face checkpoint (default /root/Qwen3-8B); REF_LOAD its torch_dist conversion
 #                    (default ${HF_CKPT}_torch_dist)
 #   NUM_GPUS, ACTOR_GPUS, ROLLOUT_GPUS   GPUs of this node; training / SGLang rollout (default: half each)
+#   COLOCATE=1       training and rollout share all the GPUs, in turn (Slime's --colocate)
+#   NUM_NODES        nodes (default 1), each with the GPUs above; more than 1 submits to a Ray cluster the
+#                    user started over them (REUSE_RAY=1)
 #   MAX_TURNS        model messages per episode (default: the setting's)
 #   SAMPLES          episode (one sample per episode, the default) or step (one sample per model message)
 #   N_SAMPLES_PER_PROMPT   episodes per task and step, the GRPO group (default 8; at least 2)
@@ -77,14 +80,32 @@ agent_settings() {
    HF_CKPT="${HF_CKPT:-/root/Qwen3-8B}"
    REF_LOAD="${REF_LOAD:-${HF_CKPT%/}_torch_dist}"
 
-   # GPUs: no judge here, so half train and half serve rollouts (8 GPUs: 4 / 4).
+   # GPUs: no judge here, so half train and half serve rollouts (8 GPUs: 4 / 4); COLOCATE=1: both on all of
+   # them, in turn (Slime's --colocate offloads one while the other runs). NUM_NODES > 1: that many nodes of
+   # the same GPUs each, in a Ray cluster the user started (REUSE_RAY=1; this script starts one node's head).
    openclaw_detect_gpus
-   ACTOR_GPUS="${ACTOR_GPUS:-$((NUM_GPUS / 2))}"
+   NUM_NODES="${NUM_NODES:-1}"
+   if ! openclaw_is_uint "$NUM_NODES" || ((NUM_NODES < 1)); then
+      openclaw_die "NUM_NODES=${NUM_NODES}: expected a whole number >= 1"
+   fi
+   ((NUM_NODES == 1)) || [[ ${REUSE_RAY:-0} == 1 ]] || openclaw_is_dry_run ||
+      openclaw_die "NUM_NODES=${NUM_NODES}: start a Ray cluster over the ${NUM_NODES} nodes first (ray start --head here, ray start --address on the others), then run this with REUSE_RAY=1 to submit to it"
+   case "${COLOCATE:-0}" in
+      1 | true | yes | on) AGENT_COLOCATE=1 ;;
+      0 | false | no | off | "") AGENT_COLOCATE=0 ;;
+      *) openclaw_die "COLOCATE=${COLOCATE}: expected 1 (training and rollout share the GPUs) or 0" ;;
+   esac
+   if ((AGENT_COLOCATE)); then
+      ACTOR_GPUS="${ACTOR_GPUS:-$NUM_GPUS}"
+      ROLLOUT_GPUS=0
+   else
+      ACTOR_GPUS="${ACTOR_GPUS:-$((NUM_GPUS / 2))}"
+      ROLLOUT_GPUS="${ROLLOUT_GPUS:-$((NUM_GPUS - ACTOR_GPUS))}"
+   fi
    openclaw_is_uint "$ACTOR_GPUS" || openclaw_die "ACTOR_GPUS=${ACTOR_GPUS}: expected a number"
-   ROLLOUT_GPUS="${ROLLOUT_GPUS:-$((NUM_GPUS - ACTOR_GPUS))}"
    openclaw_is_uint "$ROLLOUT_GPUS" || openclaw_die "ROLLOUT_GPUS=${ROLLOUT_GPUS}: expected a number"
-   ((ACTOR_GPUS >= 1 && ROLLOUT_GPUS >= 1)) ||
-      openclaw_die "separate training and rollout GPUs are needed: ACTOR_GPUS=${ACTOR_GPUS}, ROLLOUT_GPUS=${ROLLOUT_GPUS} (NUM_GPUS=${NUM_GPUS})"
+   ((ACTOR_GPUS >= 1 && (ROLLOUT_GPUS >= 1 || AGENT_COLOCATE))) ||
+      openclaw_die "separate training and rollout GPUs are needed (or COLOCATE=1): ACTOR_GPUS=${ACTOR_GPUS}, ROLLOUT_GPUS=${ROLLOUT_GPUS} (NUM_GPUS=${NUM_GPUS})"
    ((ACTOR_GPUS + ROLLOUT_GPUS <= NUM_GPUS)) ||
       openclaw_die "ACTOR_GPUS + ROLLOUT_GPUS must be <= NUM_GPUS (${ACTOR_GPUS} + ${ROLLOUT_GPUS} > ${NUM_GPUS})"
    RAY_GPU_LIST="$(IFS=,; echo "${OPENCLAW_GPU_IDS[*]:0:ACTOR_GPUS+ROLLOUT_GPUS}")"
@@ -279,10 +300,12 @@ agent_launch() {
    openclaw_runtime_env
    openclaw_ray_commands "${RAY_GPU_LIST}" "$((ACTOR_GPUS + ROLLOUT_GPUS))"
    local ray_start_cmd=("${OPENCLAW_RAY_START_CMD[@]}")
+   local placement=(--rollout-num-gpus "$((ROLLOUT_GPUS * NUM_NODES))")
+   ((AGENT_COLOCATE)) && placement=(--colocate) # Slime gives the rollout every actor GPU, in turn
    local submit_cmd=("${OPENCLAW_SUBMIT_CMD[@]}" python3 "${AGENT_TRAIN_PY}"
-      --actor-num-nodes 1
+      --actor-num-nodes "${NUM_NODES}"
       --actor-num-gpus-per-node "${ACTOR_GPUS}"
-      --rollout-num-gpus "${ROLLOUT_GPUS}"
+      "${placement[@]}"
       --num-gpus-per-node "$((ACTOR_GPUS + ROLLOUT_GPUS))"
       "${MODEL_ARGS[@]}"
       "${CKPT_ARGS[@]}"
@@ -297,7 +320,11 @@ agent_launch() {
 
    openclaw_note "openclaw-rl agent RL on Slime: setting ${AGENT_SETTING}, ${AGENT_TRAIN_PY}$(openclaw_is_dry_run && echo ' (DRY_RUN=1: nothing is started)')"
    openclaw_note "Slime: ${SLIME_DIR}   Megatron: ${MEGATRON_DIR}   model: ${HF_CKPT} (torch_dist: ${REF_LOAD})"
-   openclaw_note "GPUs: actor ${ACTOR_GPUS} + rollout ${ROLLOUT_GPUS} on ${RAY_GPU_LIST} (NVLink: ${OPENCLAW_HAS_NVLINK})"
+   if ((AGENT_COLOCATE)); then
+      openclaw_note "GPUs: actor and rollout colocated on ${RAY_GPU_LIST} per node, ${NUM_NODES} node(s) (NVLink: ${OPENCLAW_HAS_NVLINK})"
+   else
+      openclaw_note "GPUs: actor ${ACTOR_GPUS} + rollout ${ROLLOUT_GPUS} on ${RAY_GPU_LIST} per node, ${NUM_NODES} node(s) (NVLink: ${OPENCLAW_HAS_NVLINK})"
+   fi
    openclaw_note "tasks: ${AGENT_N_TRAIN} train (${AGENT_TRAIN_DATA}), ${AGENT_N_HELDOUT} held-out (${AGENT_EVAL_DATA})"
    openclaw_note "per step: ${ROLLOUT_BATCH_SIZE} tasks x ${N_SAMPLES_PER_PROMPT} episodes, up to ${MAX_TURNS} messages each; ${NUM_ROLLOUT} steps"
    if ((EVAL_INTERVAL == 0)); then

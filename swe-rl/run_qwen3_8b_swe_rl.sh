@@ -5,8 +5,8 @@
 # Slime's default rollout reads the exported task dataset; slime_ext.hooks.generate plays each sample as
 # one episode (observation tokens masked out of the loss) and returns its outcome as the reward.
 #
-#   cd slime && bash ../openclaw-rl/swe-rl/run_qwen3_8b_swe_rl.sh
-#   DRY_RUN=1 bash .../run_qwen3_8b_swe_rl.sh     # write the datasets and config, print the commands
+#   cd slime && bash ../swe-rl/run_qwen3_8b_swe_rl.sh    # Slime at ./slime: make slime (or SLIME_DIR)
+#   DRY_RUN=1 bash ../swe-rl/run_qwen3_8b_swe_rl.sh    # write the datasets and config, print the commands
 #
 # Settings come from the environment (SLIME_DIR, HF_CKPT, NUM_GPUS, MAX_TURNS (default 12), SAMPLES,
 # N_SAMPLES_PER_PROMPT, ROLLOUT_BATCH_SIZE, NUM_ROLLOUT, LR, EVAL_INTERVAL, ...): see scripts/slime_agents.sh

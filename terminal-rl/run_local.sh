@@ -4,7 +4,7 @@
 # (observation tokens masked out), and the adapter is swapped into the engine. Progress on stderr;
 # metrics.jsonl and the adapters under runs/terminal-<time>/. Extra arguments go to `openclaw-rl env train`
 # and win over these defaults (e.g. --steps 20, --model DIR, --out DIR); the GPU counterpart is
-# run_qwen3_8b_terminal_rl.sh (Slime).
+# terminal_qwen3_8b_rl.sh (Slime).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 make --no-print-directory .venv/.installed >/dev/null

@@ -1,22 +1,5 @@
 #!/usr/bin/env bash
-# Agent RL on the terminal setting with an unmodified Slime (the GPU counterpart of run_local.sh): Qwen3-8B,
-# GRPO over N_SAMPLES_PER_PROMPT episodes per task. Tasks: everyday shell work in a sandbox; the reward
-# is the share of the task's checks that pass (-1 .. 1).
-# Slime's default rollout reads the exported task dataset; slime_ext.hooks.generate plays each sample as
-# one episode (observation tokens masked out of the loss) and returns its outcome as the reward.
-#
-#   cd slime && bash ../openclaw-rl/terminal-rl/run_qwen3_8b_terminal_rl.sh
-#   DRY_RUN=1 bash .../run_qwen3_8b_terminal_rl.sh     # write the datasets and config, print the commands
-#
-# Settings come from the environment (SLIME_DIR, HF_CKPT, NUM_GPUS, MAX_TURNS (default 8), SAMPLES,
-# N_SAMPLES_PER_PROMPT, ROLLOUT_BATCH_SIZE, NUM_ROLLOUT, LR, EVAL_INTERVAL, ...): see scripts/slime_agents.sh
-# and docs/slime.md ("Agent settings (Track 2)").
+# An alias of terminal_qwen3_8b_rl.sh (the seed's name; this one is kept for existing users and upstream's
+# newer name): the same script, the same settings from the environment.
 set -euo pipefail
-
-# shellcheck source-path=SCRIPTDIR source=../scripts/slime_agents.sh
-source "$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)/../scripts/slime_agents.sh"
-
-agent_settings terminal 8
-agent_export_tasks
-agent_build_args
-agent_launch
+exec "${BASH:-bash}" "$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)/terminal_qwen3_8b_rl.sh" "$@"

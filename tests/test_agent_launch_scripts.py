@@ -29,11 +29,21 @@ from slime_ext.types import Sample
 ROOT = Path(__file__).resolve().parents[1]
 AGENTS = ROOT / "scripts" / "slime_agents.sh"
 SETTINGS = ("terminal", "toolcall", "swe", "gui")
-SCRIPTS = {s: ROOT / f"{s}-rl" / f"run_qwen3_8b_{s}_rl.sh" for s in SETTINGS}
+SCRIPTS = {s: ROOT / f"{s}-rl" / f"run_qwen3_8b_{s}_rl.sh" for s in SETTINGS} | {
+    "terminal": ROOT / "terminal-rl" / "terminal_qwen3_8b_rl.sh"}
+# the seed's (and upstream's) script names: (path, model file, checkpoint, nodes, colocated)
+SEED_SCRIPTS = {
+    "terminal-rl/terminal_qwen3_8b_rl.sh": ("qwen3-8B", "/root/Qwen3-8B", 1, False),
+    "terminal-rl/terminal-rl_qwen3-8b.sh": ("qwen3-8B", "/root/Qwen3-8B", 1, False),  # aliases
+    "terminal-rl/run_qwen3_8b_terminal_rl.sh": ("qwen3-8B", "/root/Qwen3-8B", 1, False),
+    "toolcall-rl/retool_qwen3_4b_rl.sh": ("qwen3-4B", "/root/Qwen3-4B", 1, False),
+    "swe-rl/run_swe_rl_32b_remote_8nodes.sh": ("qwen3-32B", "/root/Qwen3-32B", 8, False),
+    "swe-rl/run_swe_rl_4b_4nodes_colocate.sh": ("qwen3-4B", "/root/Qwen3-4B", 4, True),
+}
 LOCAL = {s: ROOT / f"{s}-rl" / "run_local.sh" for s in SETTINGS}
 DEFAULT_MAX_TURNS = {"terminal": 8, "toolcall": 6, "swe": 12, "gui": 10}
 INSTALL_BROWSER = ROOT / "scripts" / "install_browser.sh"
-ALL_SHELL = [AGENTS, *SCRIPTS.values(), *LOCAL.values(), INSTALL_BROWSER]
+ALL_SHELL = [AGENTS, *{*SCRIPTS.values(), *(ROOT / p for p in SEED_SCRIPTS)}, *LOCAL.values(), INSTALL_BROWSER]
 
 GENERATE_HOOK = "slime_ext.hooks.generate.generate"
 
@@ -52,10 +62,11 @@ def _fake_slime(root: Path) -> Path:
     (slime / "scripts" / "models").mkdir(parents=True)
     for name in ("train.py", "train_async.py"):
         (slime / name).write_text("raise SystemExit('a stub: the tests never run it')\n")
-    (slime / "scripts" / "models" / "qwen3-8B.sh").write_text(
-        'MODEL_ARGS=(\n   --swiglu\n   --num-layers 36\n   --hidden-size 4096\n'
-        '   --rotary-base "${MODEL_ARGS_ROTARY_BASE:-1000000}"\n)\n'
-    )
+    for name, layers, hidden in (("qwen3-8B", 36, 4096), ("qwen3-4B", 36, 2560), ("qwen3-32B", 64, 5120)):
+        (slime / "scripts" / "models" / f"{name}.sh").write_text(
+            f'MODEL_ARGS=(\n   --swiglu\n   --num-layers {layers}\n   --hidden-size {hidden}\n'
+            '   --rotary-base "${MODEL_ARGS_ROTARY_BASE:-1000000}"\n)\n'
+        )
     return slime
 
 
@@ -247,6 +258,9 @@ def test_the_repository_venv_exports_by_default(tmp_path):
     ({"ASYNC": "maybe"}, "ASYNC=maybe"),
     ({"LR": "fast"}, "LR=fast"),
     ({"SLIME_DIR": "/"}, "not a Slime checkout"),
+    ({"NUM_NODES": "0"}, "NUM_NODES=0: expected a whole number >= 1"),
+    ({"COLOCATE": "sometimes"}, "COLOCATE=sometimes"),
+    ({"NUM_NODES": "2", "DRY_RUN": "0"}, "start a Ray cluster over the 2 nodes first"),
 ])
 def test_settings_that_cannot_work_are_refused_before_anything_starts(tmp_path, extra, message):
     env = _dry_env(tmp_path)
@@ -254,6 +268,28 @@ def test_settings_that_cannot_work_are_refused_before_anything_starts(tmp_path, 
     r = _run("terminal", env)
     assert r.returncode != 0 and message in r.stderr, r.stderr
     assert "ray job submit" not in r.stdout
+
+
+@pytest.mark.parametrize("script", SEED_SCRIPTS)
+def test_the_seeds_commands_run_from_a_slime_checkout_at_dot_slime(script, tmp_path):
+    """`cd slime && DRY_RUN=1 bash ../<script>`: Slime found in the current directory (no SLIME_DIR), the
+    job names our generate hook and the script's model, nodes and GPU placement."""
+    model, ckpt, nodes, colocated = SEED_SCRIPTS[script]
+    env = _dry_env(tmp_path)
+    slime = Path(env.pop("SLIME_DIR"))
+    r = subprocess.run([shutil.which("bash") or "/bin/bash", str(ROOT / script)], env=env, cwd=slime,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    words = _submit_words(r.stdout)
+    assert _flag(words, "--custom-generate-function-path") == GENERATE_HOOK
+    assert f"Slime: {slime}" in r.stdout and _flag(words, "--hf-checkpoint") == ckpt
+    layers = {"qwen3-8B": "36", "qwen3-4B": "36", "qwen3-32B": "64"}[model]
+    assert _flag(words, "--num-layers") == layers and _flag(words, "--actor-num-nodes") == str(nodes)
+    if colocated:  # every GPU trains and serves, in turn; Slime sizes the rollout itself
+        assert "--colocate" in words and "--rollout-num-gpus" not in words
+        assert _flag(words, "--actor-num-gpus-per-node") == "8"
+    else:  # half of each node's GPUs serve rollouts
+        assert "--colocate" not in words and _flag(words, "--rollout-num-gpus") == str(4 * nodes)
 
 
 def test_a_setting_the_exporter_does_not_know_fails_clearly(tmp_path):

@@ -194,16 +194,30 @@ def test_dry_run_prints_the_job_with_our_hooks_and_config(method, tmp_path):
 
 
 def test_topk_select_refuses_what_slime_cannot_carry_before_anything_starts(tmp_path):
-    env = _base_env(tmp_path, DRY_RUN="1", PATH=str(_only_tools_bin(tmp_path)))
+    env = _base_env(tmp_path, DRY_RUN="1", PATH=str(_only_tools_bin(tmp_path)), TOPK_SELECT="full")
     r = _run("topk_select", env, cwd=tmp_path)
     assert r.returncode == 1 and "ray job submit" not in r.stdout
     assert "each candidate teacher's top-K" in r.stderr and "--distill topk_select" in r.stderr
     assert "TOPK_SELECT=token" in r.stderr and not (tmp_path / "run").exists()
 
 
+def test_the_seeds_main_command_runs_from_a_slime_checkout_at_dot_slime(tmp_path):
+    """`cd slime && DRY_RUN=1 bash ../openclaw-combine/run_qwen3_4b_openclaw_topk_select.sh` as written:
+    Slime found in the current directory, the token-level reduction by default (and said so), our hooks."""
+    env = _base_env(tmp_path, DRY_RUN="1", PATH=str(_only_tools_bin(tmp_path)))
+    slime = Path(env.pop("SLIME_DIR"))
+    r = _run("topk_select", env, cwd=slime)
+    assert r.returncode == 0, r.stderr
+    assert "token-level reduction" in r.stdout and "openclaw-rl serve --distill topk_select" in r.stdout
+    words = _submit_words(r.stdout)
+    assert _flag(words, "--rollout-function-path") == ROLLOUT_HOOK
+    assert _flag(words, "--custom-loss-function-path") == "slime_ext.hooks.loss.topk_select_token_loss"
+    assert f"Slime: {slime}" in r.stdout
+
+
 def test_topk_select_token_level_reduction_runs_its_own_loss_at_clip_one(tmp_path):
     env = _base_env(tmp_path, DRY_RUN="1", PATH=str(_only_tools_bin(tmp_path)), TOPK_SELECT="token")
-    r = _run("topk_select", env, cwd=tmp_path)
+    r = _run("topk_select", env, cwd=tmp_path)  # the default, named
     assert r.returncode == 0, r.stderr
     assert "token-level reduction" in r.stdout and API_KEY not in r.stdout + r.stderr
     words = _submit_words(r.stdout)
@@ -415,3 +429,47 @@ def test_instructions_exist():
         assert (ROOT / "instructions" / name).is_file()
     cluster = (ROOT / "instructions" / "slime-cluster.md").read_text()
     assert "slimerl/slime" in cluster and "tools/convert_hf_to_torch_dist.py" in cluster
+
+
+# ---------------------------------------------------------------------------------------- make slime
+
+
+def _git(*args: str, cwd: Path) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@t"})
+
+
+@pytest.mark.skipif(not (shutil.which("make") and shutil.which("git")), reason="needs make and git")
+def test_make_slime_clones_the_pinned_version_once_and_refuses_a_stranger(tmp_path):
+    """`make slime` clones SLIME_REF (v0.3.1) of SLIME_REPO into ./slime (here a local repository standing in
+    for GitHub), keeps an existing checkout, and will not clobber a ./slime that is something else."""
+    upstream = tmp_path / "upstream"
+    upstream.mkdir()
+    _git("init", "-q", "-b", "main", cwd=upstream)
+    (upstream / "train.py").write_text("# v0.3.1\n")
+    _git("add", ".", cwd=upstream)
+    _git("commit", "-qm", "v0.3.1", cwd=upstream)
+    _git("tag", "v0.3.1", cwd=upstream)
+    (upstream / "train.py").write_text("# newer\n")
+    _git("commit", "-qam", "newer", cwd=upstream)
+    work = tmp_path / "repo"
+    work.mkdir()
+    shutil.copy(ROOT / "Makefile", work / "Makefile")
+
+    def make() -> subprocess.CompletedProcess:
+        return subprocess.run(["make", "-s", "slime", f"SLIME_REPO=file://{upstream}"], cwd=work,
+                              capture_output=True, text=True, timeout=60)
+
+    r = make()
+    assert r.returncode == 0, r.stderr
+    assert (work / "slime" / "train.py").read_text() == "# v0.3.1\n"  # the pinned tag, not the newest commit
+    assert "cd slime && DRY_RUN=1 bash ../openclaw-combine/run_qwen3_4b_openclaw_topk_select.sh" in r.stdout
+    again = make()
+    assert again.returncode == 0 and "already a Slime checkout (v0.3.1); kept" in again.stdout
+    shutil.rmtree(work / "slime")
+    (work / "slime").mkdir()
+    (work / "slime" / "notes.txt").write_text("mine")
+    stranger = make()
+    assert stranger.returncode != 0 and "not a Slime checkout" in stranger.stderr
+    assert (work / "slime" / "notes.txt").read_text() == "mine"
