@@ -7,7 +7,8 @@ one module each:
 - ``swe_mutations``: mutation sites and applying one by its exact text span (pure);
 - ``swe_checks``: the sandboxed unittest run and its verdicts, lint, the integrity check, the reward rule;
 - ``swe_commands``: the action format: parsing a command, SEARCH/REPLACE edits, diffs, paths (pure);
-- ``swe_workspace``: the episode's files, read / written / listed without following symlinks;
+- ``workspace`` (shared with the other settings): the episode's files, read / written / listed without
+  following symlinks;
 - ``swe_table``: generating ``swe_repos.TABLE`` (which sites qualify as tasks) and writing it.
 
 Tasks. A task is (repository, mutation site): one of the small packages of ``swe_repos.REPOS`` with one
@@ -63,9 +64,16 @@ from slime_ext.envs.swe_mutations import (
     source_files,
 )
 from slime_ext.envs.swe_table import write_table  # noqa: F401 (the generated table names swe.write_table)
-from slime_ext.envs.swe_workspace import list_workspace, read_files, write_files, write_workspace_file
-from slime_ext.envs.terminal import CheckResult, clip, lstat_in_workspace, read_workspace_file
+from slime_ext.envs.terminal import CheckResult, clip
 from slime_ext.envs.terminal_tasks import split_of
+from slime_ext.envs.workspace import (
+    list_workspace,
+    lstat_in_workspace,
+    read_files,
+    read_workspace_file,
+    write_files,
+    write_workspace_file,
+)
 
 SETTING = "swe"
 MAX_GREP_MATCHES = 60

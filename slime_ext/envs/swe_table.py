@@ -23,7 +23,7 @@ from slime_ext.envs import swe_repos
 from slime_ext.envs.sandbox import Sandbox, SandboxLimits, fresh_workspace
 from slime_ext.envs.swe_checks import TestRun, run_tests
 from slime_ext.envs.swe_mutations import mutated_files, repo_digest, repo_mutations
-from slime_ext.envs.swe_workspace import write_files
+from slime_ext.envs.workspace import write_files
 
 
 def run_files(files: dict[str, str], per_test_s: float = 1.0, timeout_s: float = 20.0,

@@ -30,7 +30,7 @@ Checks. ``outcome()`` runs the task's ``data["checks"]`` once the episode is ove
   stripped, blank lines at the ends ignored).
 
 The parent never follows a symlink inside the workspace: every path is opened one component at a time,
-relative to the workspace's directory fd, with ``O_NOFOLLOW`` (see ``open_in_workspace``), so a link the
+relative to the workspace's directory fd, with ``O_NOFOLLOW`` (``envs/workspace.py``), so a link the
 agent planted to a host file outside the workspace fails the check instead of leaking or faking it. Files are
 read up to 1 MiB, and only regular files (a FIFO cannot block the checker).
 """
@@ -49,11 +49,17 @@ from typing import Any
 from slime_ext.envs import terminal_tasks
 from slime_ext.envs.base import EnvTask, SandboxedEpisode, StepResult, fraction_to_reward, register_setting
 from slime_ext.envs.sandbox import RunResult, Sandbox, SandboxLimits, fresh_workspace
+from slime_ext.envs.workspace import (
+    lstat_in_workspace,
+    read_workspace_file,
+    readlink_in_workspace,
+    rel_parts,
+    write_files,
+)
 
 SETTING = "terminal"
 SHELL_TAGS = ("", "bash", "sh", "shell")
 BASH = "/usr/bin/bash"
-READ_LIMIT = 1024 * 1024
 # every run (set-up, agent, checks) gets a git identity, `main` as the default branch, no editor and no pager
 RUN_ENV = {"GIT_AUTHOR_NAME": "Agent", "GIT_AUTHOR_EMAIL": "agent@example.com", "GIT_COMMITTER_NAME": "Agent",
            "GIT_COMMITTER_EMAIL": "agent@example.com", "GIT_CONFIG_COUNT": "1",
@@ -132,64 +138,6 @@ def normalize(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.splitlines()).strip("\n")
 
 
-# ----------------------------------------------------------------------------- reading the workspace safely
-def _rel_parts(rel: str) -> list[str]:
-    parts = rel.split("/")
-    if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
-        raise ValueError(f"workspace path must be relative, without '.', '..' or empty parts: {rel!r}")
-    return parts
-
-
-@contextlib.contextmanager
-def _parent_dir_fd(root: Path, rel: str):
-    """(fd of the directory holding `rel`'s last part, that part), walking from `root` without following symlinks."""
-    parts = _rel_parts(rel)
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for part in parts[:-1]:
-            nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            os.close(fd)
-            fd = nfd
-        yield fd, parts[-1]
-    finally:
-        os.close(fd)
-
-
-def lstat_in_workspace(root: Path, rel: str) -> os.stat_result | None:
-    """lstat of `rel` under `root` (None if absent) with no symlink followed on the way; ELOOP/ENOTDIR when a
-    directory on the way is a symlink or a file."""
-    try:
-        with _parent_dir_fd(root, rel) as (fd, name):
-            return os.stat(name, dir_fd=fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
-
-
-def read_workspace_file(root: Path, rel: str, limit: int = READ_LIMIT) -> str:
-    """The first `limit` bytes of the regular file `rel` under `root`, decoded (errors replaced).
-
-    Never follows a symlink (any component): raises OSError (ELOOP, ENOTDIR) for one, FileNotFoundError when
-    absent, IsADirectoryError / OSError for what is not a regular file.
-    """
-    with _parent_dir_fd(root, rel) as (dfd, name):
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
-        try:
-            st = os.fstat(fd)
-            if stat.S_ISDIR(st.st_mode):
-                raise IsADirectoryError(errno.EISDIR, "is a directory", rel)
-            if not stat.S_ISREG(st.st_mode):
-                raise OSError(errno.EINVAL, "not a regular file", rel)
-            with os.fdopen(os.dup(fd), "rb") as f:
-                return f.read(limit).decode(errors="replace")
-        finally:
-            os.close(fd)
-
-
-def readlink_in_workspace(root: Path, rel: str) -> str:
-    with _parent_dir_fd(root, rel) as (fd, name):
-        return os.readlink(name, dir_fd=fd)
-
-
 # ----------------------------------------------------------------------------- task data: set-up and checks
 def validate_task_data(task_id: str, data: dict) -> None:
     """ValueError unless `data` is a well-formed terminal task (known keys, 1+ checks of a known shape)."""
@@ -197,7 +145,7 @@ def validate_task_data(task_id: str, data: dict) -> None:
     if unknown:
         raise ValueError(f"task {task_id}: unknown keys {sorted(unknown)}; allowed: {sorted(TASK_KEYS)}")
     for rel in [*data.get("files", {}), *data.get("dirs", []), *data.get("modes", {})]:
-        _rel_parts(rel)
+        rel_parts(rel)
     for rel, mode in data.get("modes", {}).items():
         if not re.fullmatch(r"[0-7]{3,4}", mode):
             raise ValueError(f"task {task_id}: mode of {rel} must be an octal string like '644', got {mode!r}")
@@ -212,7 +160,7 @@ def validate_task_data(task_id: str, data: dict) -> None:
         if extra or (kinds[0] == "file" and len(check) != 2):
             raise ValueError(f"task {task_id}: bad {kinds[0]} check {check}")
         if kinds[0] in ("file", "path"):
-            _rel_parts(check[kinds[0]])
+            rel_parts(check[kinds[0]])
         if kinds[0] == "path" and check.get("kind", "file") not in ("file", "dir", "symlink", "absent"):
             raise ValueError(f"task {task_id}: bad path kind in {check}")
 
@@ -233,9 +181,7 @@ def write_task_files(root: Path, data: dict) -> None:
     """The parent's part of a task's set-up: its dirs and files (UTF-8), then the modes."""
     for rel in data.get("dirs", []):
         (root / rel).mkdir(parents=True, exist_ok=True)
-    for rel, content in data.get("files", {}).items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(content)
+    write_files(root, data.get("files", {}))
     for rel, mode in data.get("modes", {}).items():
         os.chmod(root / rel, int(mode, 8))
 
