@@ -2,7 +2,8 @@
 
 A *setting* (terminal, toolcall, swe, ...) is a family of tasks and the environment that runs them. A setting
 module registers itself with ``register_setting(name, list_tasks_fn, make_env_fn)`` when it is imported (the
-package ``slime_ext.envs`` imports the built-in ones), and is then reachable by name:
+package ``slime_ext.envs`` imports the built-in ones; ``envs/loader.py`` imports a user's from a folder, a
+file, a module or an installed package), and is then reachable by name:
 
     task = get_task("terminal", "term-count-lines")
     with make_env("terminal", max_turns=8) as env:
@@ -194,7 +195,8 @@ def _setting(name: str) -> _Setting:
         return _SETTINGS[name]
     except KeyError:
         known = ", ".join(known_settings()) or "none"
-        raise ValueError(f"unknown setting {name!r}; known settings: {known}") from None
+        raise ValueError(f"unknown setting {name!r}; known settings: {known} (a setting of your own: --setting-path "
+                         f"DIR, or OPENCLAW_RL_SETTINGS; docs/extending.md)") from None
 
 
 def list_tasks(setting: str, split: str | None = None) -> list[EnvTask]:

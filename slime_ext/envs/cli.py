@@ -13,6 +13,9 @@ the first user message, then each action's observation as soon as that message i
 typed at a terminal), stops at the end of the input or of the episode, prints the task's checks and ends with
 ``reward: <value>`` (three decimals). The exit status is 0 whatever the reward.
 
+Every ``env`` command takes ``--setting-path DIR|FILE|MODULE`` (repeatable) to load a setting of the user's own
+first (``envs/loader.py``; ``$OPENCLAW_RL_SETTINGS`` and installed packages' settings are loaded too).
+
 Every ``env`` command first prints on stderr what the agent sandbox enforces on this machine (its mode, how a
 run's totals are bounded) and a WARNING when commands would run unisolated (the rlimits fallback).
 ``--require-isolation`` (or ``OPENCLAW_REQUIRE_ISOLATION=1``) makes that fallback an error (exit status 2).
@@ -29,6 +32,7 @@ from collections.abc import Iterable, Iterator
 from slime_ext.envs.base import SPLITS, get_task, list_tasks, make_env
 
 SEPARATOR = "---"
+SETTING_HELP = "terminal, toolcall, swe, gui, or one loaded with --setting-path"
 
 
 def split_messages(lines: Iterable[str]) -> Iterator[str]:
@@ -170,7 +174,8 @@ def cmd_env_train(args: argparse.Namespace) -> int:
 
 
 def _add_run_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--setting", required=True, help="terminal, toolcall, swe or gui")
+    p.add_argument("--setting", required=True, help=SETTING_HELP)
+    _add_setting_path(p)
     p.add_argument("--run-dir", help="where settings keep debugging artifacts: the gui setting saves a screenshot "
                                      "of every step under RUN_DIR/screenshots/ [none; env train: --out]")
     p.add_argument("--model", default="smollm2-135m", help="built-in model name or checkpoint directory [smollm2-135m]")
@@ -181,6 +186,21 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="sampling seed [0]")
     p.add_argument("--threads", type=int, help="torch threads of the engine [torch's default]")
     _add_require_isolation(p)
+
+
+def _add_setting_path(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--setting-path", action="append", default=[], metavar="DIR|FILE|MODULE",
+                   help="load a setting of your own first: a folder (its .py files that call register_setting), a "
+                        ".py file or a module path; repeatable; also $OPENCLAW_RL_SETTINGS (docs/extending.md)")
+
+
+def run_env_command(args: argparse.Namespace) -> int:
+    """Load the user's settings (``--setting-path``, ``$OPENCLAW_RL_SETTINGS``, installed packages), then run
+    the ``env`` sub-command."""
+    from slime_ext.envs.loader import load_settings
+
+    load_settings(args.setting_path)
+    return args.env_fn(args)
 
 
 def _add_require_isolation(p: argparse.ArgumentParser) -> None:
@@ -196,28 +216,31 @@ def add_env_parser(subparsers) -> None:
     sub = p.add_subparsers(dest="env_command", required=True)
     lst = sub.add_parser("list", help="list the task ids of a setting (train and held-out)",
                          description="One line per task: id, split, category, the start of the instruction.")
-    lst.add_argument("--setting", required=True, help="terminal, toolcall, swe or gui")
+    lst.add_argument("--setting", required=True, help=SETTING_HELP)
+    _add_setting_path(lst)
     lst.add_argument("--split", choices=SPLITS, help="only this split [both]")
-    lst.set_defaults(fn=cmd_env_list)
+    lst.set_defaults(fn=run_env_command, env_fn=cmd_env_list)
     play = sub.add_parser("play", help="play a task: actions on stdin, separated by lines of ---",
                           description="Read the agent's messages from stdin (separated by a line holding only ---; "
                                       "each in the format the model emits, e.g. a ```bash block, or DONE), print "
                                       "each observation, the checks, and finally `reward: <value>`.")
-    play.add_argument("--setting", required=True, help="terminal, toolcall, swe or gui")
+    play.add_argument("--setting", required=True, help=SETTING_HELP)
+    _add_setting_path(play)
     play.add_argument("--task", required=True, help="task id (see `env list`)")
     play.add_argument("--max-turns", type=int, help="end the episode after this many messages [the setting's default]")
     play.add_argument("--run-dir", help="where to keep debugging artifacts: the gui setting saves a screenshot of "
                                         "every step under RUN_DIR/screenshots/ [none]")
     _add_require_isolation(play)
-    play.set_defaults(fn=cmd_env_play)
+    play.set_defaults(fn=run_env_command, env_fn=cmd_env_play)
     ex = sub.add_parser("export", help="write a Slime prompt dataset (JSONL) naming a split's tasks",
                         description="One JSON line per task: prompt (the instruction), label (the task id), metadata "
                                     "{setting, task_id}; Slime reads it with --prompt-data F --input-key prompt "
                                     "--label-key label --metadata-key metadata.")
-    ex.add_argument("--setting", required=True, help="terminal, toolcall, swe or gui")
+    ex.add_argument("--setting", required=True, help=SETTING_HELP)
+    _add_setting_path(ex)
     ex.add_argument("--split", choices=SPLITS, help="only this split [both]")
     ex.add_argument("--out", required=True, help="the JSONL file to write")
-    ex.set_defaults(fn=cmd_env_export)
+    ex.set_defaults(fn=run_env_command, env_fn=cmd_env_export)
     ev = sub.add_parser("eval", help="the model's success rate on a split (no training)",
                         description="Play every task of a split once with the embedded engine and print a JSON "
                                     "summary: mean reward, success rate (reward 1.0), episodes per minute, per-task "
@@ -225,7 +248,7 @@ def add_env_parser(subparsers) -> None:
     _add_run_arguments(ev)
     ev.add_argument("--split", choices=SPLITS, default="heldout", help="which tasks [heldout]")
     ev.add_argument("--limit", type=int, help="only the first N tasks of the split [all]")
-    ev.set_defaults(fn=cmd_env_eval)
+    ev.set_defaults(fn=run_env_command, env_fn=cmd_env_eval)
     tr = sub.add_parser("train", help="agent RL on this machine: episodes -> training step -> new adapter, repeated",
                         description="Each step plays --episodes episodes on random train tasks, trains one Binary RL "
                                     "step on the episode samples (observation tokens masked out), and swaps the new "
@@ -239,7 +262,7 @@ def add_env_parser(subparsers) -> None:
     tr.add_argument("--lora-rank", type=int, default=16, help="LoRA rank [16]")
     tr.add_argument("--baseline", choices=("mean", "none"), default="mean",
                     help="subtract the step's mean reward from each episode's (mean), or not [mean]")
-    tr.set_defaults(fn=cmd_env_train)
+    tr.set_defaults(fn=run_env_command, env_fn=cmd_env_train)
 
 
 def main(argv: list[str] | None = None) -> int:

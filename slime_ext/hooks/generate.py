@@ -19,7 +19,9 @@ Chromium on the node, or it died), or a sample that names no known task (logged 
 
 Settings (the ``openclaw_rl_env:`` mapping of ``--custom-config-path``): ``setting`` (default: from each
 sample), ``max_turns`` (8), ``samples`` (episode | step), ``context_budget`` (tokens; default the engine's),
-``run_dir`` (where a setting keeps debugging artifacts on the rollout node: gui screenshots; default none).
+``run_dir`` (where a setting keeps debugging artifacts on the rollout node: gui screenshots; default none),
+``setting_paths`` (settings of the user's own, loaded first: folders, ``.py`` files or modules, as
+``openclaw-rl env --setting-path``; ``$OPENCLAW_RL_SETTINGS`` and installed packages' are loaded too).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class EnvSettings:
     samples: str = "episode"
     context_budget: int | None = None
     run_dir: str | None = None
+    setting_paths: tuple[str, ...] = ()  # settings of the user's own to load first (envs/loader.py)
 
     @classmethod
     def from_args(cls, args: Any) -> EnvSettings:
@@ -53,7 +56,8 @@ class EnvSettings:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"--custom-config-path ({SETTINGS_KEY}:): unknown keys {unknown}; known: {sorted(known)}")
-        out = cls(**data)
+        paths = data.get("setting_paths") or ()
+        out = cls(**{**data, "setting_paths": (paths,) if isinstance(paths, str) else tuple(paths)})
         if out.samples not in ("episode", "step") or out.max_turns < 1:
             raise ValueError(f"{SETTINGS_KEY}: samples must be episode or step and max_turns >= 1, got {out}")
         return out
@@ -107,8 +111,10 @@ async def generate(args: Any, sample: Sample, sampling_params: dict[str, Any],
     from slime_ext.envs import get_task, make_env
     from slime_ext.envs.agent_loop import ChatSegments, episode_sample, run_episode, step_samples
     from slime_ext.envs.browser import BrowserError
+    from slime_ext.envs.loader import load_settings
 
     settings = EnvSettings.from_args(args)
+    load_settings(settings.setting_paths)  # a setting that cannot load is a configuration error: raised
     try:
         setting, task_id = task_of(sample, settings)
         task = get_task(setting, task_id)

@@ -1,0 +1,107 @@
+"""Settings from outside ``slime_ext``: a folder, a ``.py`` file, a module, or an installed package.
+
+A setting registers itself when its module is imported (``register_setting(name, list_tasks, make_env)``), as
+the built-in ones do, so loading one is importing the module that registers it. A **spec** is
+
+- a folder: the user's setting folder (``my-rl/``). It goes on ``sys.path`` (as Slime's examples put their
+  folder on ``PYTHONPATH``), and every top-level ``*.py`` in it that calls ``register_setting`` is imported
+  (launch helpers and tests beside them are not);
+- a ``.py`` file: its folder goes on ``sys.path`` and the file is imported;
+- anything else: a module path (``my_pkg.my_setting``), imported from the Python path.
+
+``load_settings(specs)`` loads those, the specs in ``OPENCLAW_RL_SETTINGS`` (separated by ``os.pathsep``: how
+a launcher hands them to Slime's rollout workers) and the modules installed packages name in the entry-point
+group ``openclaw_rl.settings``; each at most once per process. A module's file name is its module name, so
+names must be unique across folders; a clash, a failed import, or a spec that registers no setting is a
+``PluginError`` naming the spec and why.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from slime_ext.envs.base import known_settings
+from slime_ext.plugins import PluginError
+
+ENV_VAR = "OPENCLAW_RL_SETTINGS"
+ENTRY_POINTS = "openclaw_rl.settings"
+_loaded: set[str] = set()  # specs (resolved paths or module names) already imported in this process
+
+
+def load_settings(specs: Iterable[str] = ()) -> list[str]:
+    """Load ``specs``, ``$OPENCLAW_RL_SETTINGS`` and installed packages' settings; the setting names that
+    loading them registered (new ones only)."""
+    before = set(known_settings())
+    from_env = [s for s in os.environ.get(ENV_VAR, "").split(os.pathsep) if s.strip()]
+    for spec in [*specs, *from_env]:
+        load_setting(spec)
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINTS):
+        module = ep.value.partition(":")[0].strip()  # a module; an attribute after ':' is not needed
+        if module not in _loaded:
+            _import_module(module, f"the package entry point {ep.name!r} ({ENTRY_POINTS})")
+            _loaded.add(module)
+    return sorted(set(known_settings()) - before)
+
+
+def load_setting(spec: str) -> None:
+    """Import what one spec names (module doc); PluginError when it fails or registers no setting."""
+    path = Path(spec).expanduser()
+    key = str(path.resolve()) if path.exists() else spec
+    if key in _loaded:
+        return
+    before = set(known_settings())
+    if path.is_dir():
+        files = [f for f in sorted(path.glob("*.py")) if "register_setting" in f.read_text(errors="replace")]
+        if not files:
+            raise PluginError(f"setting {spec!r}: no .py file in that folder calls register_setting")
+        for f in files:
+            _import_file(f, spec)
+    elif path.suffix == ".py" and path.is_file():
+        _import_file(path, spec)
+    elif spec.endswith(".py") or os.sep in spec:
+        raise PluginError(f"setting {spec!r}: no such folder or .py file")
+    else:
+        _import_module(spec, f"setting {spec!r}")
+    if set(known_settings()) == before:
+        raise PluginError(f"setting {spec!r}: importing it registered no setting (call "
+                          f"slime_ext.envs.register_setting(name, list_tasks, make_env) in the module)")
+    _loaded.add(key)
+
+
+def _import_file(path: Path, spec: str) -> None:
+    name = path.stem
+    taken = sys.modules.get(name)
+    if taken is not None:
+        if Path(getattr(taken, "__file__", "") or "").resolve() == path.resolve():
+            return
+        raise PluginError(f"setting {spec!r}: the module name {name!r} of {path} is taken by "
+                          f"{getattr(taken, '__file__', None) or 'a built-in module'}; rename the file")
+    folder = str(path.parent.resolve())
+    if folder not in sys.path:
+        sys.path.append(folder)  # its siblings import as in Slime's examples (folder on PYTHONPATH)
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as e:  # the user's code raising on import: its error, not ours
+        del sys.modules[name]
+        raise PluginError(f"setting {spec!r}: importing {path} failed: {type(e).__name__}: {e}") from None
+
+
+def _import_module(name: str, what: str) -> None:
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name and name.startswith(e.name):
+            raise PluginError(f"{what}: no module named {e.name!r} on the Python path, and no such folder or "
+                              f"file") from None
+        raise PluginError(f"{what}: importing {name} failed: {type(e).__name__}: {e}") from None
+    except Exception as e:
+        raise PluginError(f"{what}: importing {name} failed: {type(e).__name__}: {e}") from None
