@@ -30,10 +30,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import md_table, percentile, write_json  # noqa: E402
+from gui_tasks import solution_messages  # noqa: E402
 
 from slime_ext.envs import list_tasks, make_env  # noqa: E402
 from slime_ext.envs.browser import Browser, shared_browser  # noqa: E402
-from slime_ext.envs.gui_tasks import solution_messages  # noqa: E402
 
 
 def browser_starts(n: int) -> list[float]:

@@ -11,7 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from slime_ext.envs.loader import load_settings
 from slime_ext.launch import ServerProcess, free_port  # noqa: F401  (re-exported for tests)
+
+# the built-in settings' folders go on the Python path, so their tests import `terminal`, `swe`, ... directly
+load_settings()
 
 SERVING_ONLY = ["--method", "none"]
 

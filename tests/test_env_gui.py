@@ -13,10 +13,10 @@ import urllib.request
 from collections import Counter
 
 import pytest
+from gui_server import inject, site
+from gui_tasks import solution_messages
 
 from slime_ext.envs import get_task, list_tasks, make_env
-from slime_ext.envs.gui_server import inject, site
-from slime_ext.envs.gui_tasks import solution_messages
 from tests.conftest import require_chromium
 
 TASKS = list_tasks("gui")

@@ -1,4 +1,4 @@
-"""The SWE setting (slime_ext.envs.swe, swe_repos).
+"""The SWE setting (swe-rl/swe.py, swe_repos.py).
 
 Mutations (each kind, exact-span editing), the pure parts (commands, edits, lint, integrity, the reward rule,
 the runner's output), the task table (fresh, re-verified on a sample), and episodes: hand-written fixes earn
@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-
-from slime_ext.envs import Env, SweEnv, get_task, list_tasks, make_env, play_episode
-from slime_ext.envs.swe_checks import format_report, integrity_problems, lint, parse_runner_output, swe_reward
-from slime_ext.envs.swe_commands import (
+from swe import SweEnv
+from swe_checks import format_report, integrity_problems, lint, parse_runner_output, swe_reward
+from swe_commands import (
     FORMAT_HELP,
     EditError,
     apply_edit,
@@ -28,7 +27,7 @@ from slime_ext.envs.swe_commands import (
     parse_edit_blocks,
     unified_diff,
 )
-from slime_ext.envs.swe_mutations import (
+from swe_mutations import (
     MUTATION_KINDS,
     Mutation,
     apply_mutation,
@@ -37,9 +36,11 @@ from slime_ext.envs.swe_mutations import (
     repo_digest,
     repo_mutations,
 )
-from slime_ext.envs.swe_repos import REPOS, TABLE
-from slime_ext.envs.swe_table import qualify, run_files
-from slime_ext.envs.terminal_tasks import split_of
+from swe_repos import REPOS, TABLE
+from swe_table import qualify, run_files
+
+from slime_ext.envs import Env, get_task, list_tasks, make_env, play_episode
+from slime_ext.envs.checks import split_of
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = list_tasks("swe")
@@ -260,7 +261,7 @@ def test_runner_output_parsing_and_report():
     verdicts, details, complete = parse_runner_output(out, "N")
     assert verdicts == {"t.A.a": "ok", "t.A.b": "FAIL"} and complete and "1 != 2" in details["t.A.b"]
     assert parse_runner_output(out.replace('N {"done": true}', ""), "N")[2] is False
-    from slime_ext.envs.swe_checks import TestRun
+    from swe_checks import TestRun
 
     report = format_report(TestRun(verdicts, details, True), ["t.A.a", "t.A.b", "t.A.c"])
     assert report.splitlines()[:4] == ["tests: 1 of 3 passed, 2 not", "ok       t.A.a", "FAIL     t.A.b",

@@ -1,4 +1,4 @@
-"""The terminal setting (slime_ext.envs.terminal, terminal_tasks, base, cli).
+"""The terminal setting (terminal-rl/terminal.py, terminal_tasks.py; slime_ext.envs base, cli).
 
 Every task: a hand-written solution earns +1, doing nothing (DONE at once) earns -1. Plus the action parser,
 the observation format, turn limits, partial rewards, the registry's errors, the checker's refusal to follow
@@ -12,12 +12,22 @@ import sys
 from pathlib import Path
 
 import pytest
+from terminal import (
+    FORMAT_HELP,
+    TerminalEnv,
+    format_observation,
+    normalize,
+    parse_action,
+    read_workspace_file,
+    validate_task_data,
+)
+from terminal_tasks import CATEGORIES
+from toolcall import format_result
 
 from slime_ext.envs import (
     Env,
     EnvTask,
     StepResult,
-    TerminalEnv,
     fraction_to_reward,
     get_task,
     list_tasks,
@@ -25,18 +35,9 @@ from slime_ext.envs import (
     play_episode,
 )
 from slime_ext.envs.base import register_setting
+from slime_ext.envs.checks import split_of
 from slime_ext.envs.cli import split_messages
 from slime_ext.envs.sandbox import RunResult
-from slime_ext.envs.terminal import (
-    FORMAT_HELP,
-    format_observation,
-    normalize,
-    parse_action,
-    read_workspace_file,
-    validate_task_data,
-)
-from slime_ext.envs.terminal_tasks import CATEGORIES, split_of
-from slime_ext.envs.toolcall import format_result
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""The tool-call setting (slime_ext.envs.toolcall): math word problems, a sandboxed python tool, answer reward.
+"""The tool-call setting (toolcall-rl/toolcall.py): math word problems, a sandboxed python tool, answer reward.
 
 Hand-written messages in the exact text the model emits (``<tool_call>`` blocks, then a final answer) earn +1
 on train and held-out tasks of every kind; wrong, missing or number-free answers earn -1. Plus the tool-call
@@ -18,9 +18,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-
-from slime_ext.envs import Env, EnvTask, get_task, isolation_status, list_tasks, make_env, play_episode
-from slime_ext.envs.toolcall import (
+from toolcall import (
     FINAL_OBSERVATION,
     FORMAT_HELP,
     PYTHON_TOOL,
@@ -29,6 +27,8 @@ from slime_ext.envs.toolcall import (
     final_number,
     parse_tool_requests,
 )
+
+from slime_ext.envs import Env, EnvTask, get_task, isolation_status, list_tasks, make_env, play_episode
 from slime_ext.simulate.tasks import split_of
 
 REPO = Path(__file__).resolve().parents[1]

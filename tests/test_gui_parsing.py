@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from gui import Action, check_state, outcome_checks, parse_actions, reward_of
 
 from slime_ext.envs.axtree import NodeIds, find_node, render_tree, tree_diff, tree_text
-from slime_ext.envs.gui import Action, check_state, outcome_checks, parse_actions, reward_of
 
 
 def ax(node_id, role, name="", children=(), backend=None, ignored=False, value=None, **props):
@@ -155,7 +155,7 @@ def test_checks_compare_recorded_state_exactly():
     (False, [False], "infeasible", -1.0),    # declared infeasible after changing something
 ])
 def test_reward_rules(feasible, passed, ending, reward):
-    from slime_ext.envs.terminal import CheckResult
+    from slime_ext.envs.checks import CheckResult
 
     checks = outcome_checks([CheckResult(f"c{i}", p, "") for i, p in enumerate(passed)], feasible, ending)
     assert reward_of(checks, feasible, ending) == pytest.approx(reward)

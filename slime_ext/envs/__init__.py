@@ -1,7 +1,9 @@
-"""Agent environments: the OS-isolated sandbox their commands run in, the `Env` protocol and task registry
-(base.py), and the settings. Importing this package registers the built-in settings
-(terminal, toolcall, swe, gui)."""
+"""Agent environments, the machinery every setting shares: the `Env` protocol and setting registry (base.py), the
+OS-isolated sandbox their commands run in, workspace file I/O, check helpers, the browser driver, the agent loop,
+the recipe and the `env` CLI. The settings themselves (terminal, toolcall, swe, gui, and the user's own) live in
+folders outside this package and are loaded on demand by ``loader.py``: nothing here imports one."""
 
+from slime_ext.envs import loader as _loader  # noqa: F401 (adds the registry's finder: settings load on demand)
 from slime_ext.envs.base import (
     Env,
     EnvTask,
@@ -14,7 +16,6 @@ from slime_ext.envs.base import (
     play_episode,
     register_setting,
 )
-from slime_ext.envs.gui import GuiEnv
 from slime_ext.envs.sandbox import (
     RunResult,
     Sandbox,
@@ -24,10 +25,7 @@ from slime_ext.envs.sandbox import (
     isolation_mode,
     isolation_status,
 )
-from slime_ext.envs.swe import SweEnv
-from slime_ext.envs.terminal import TerminalEnv
-from slime_ext.envs.toolcall import ToolCallEnv  # importing a setting registers it (swe, terminal too)
 
-__all__ = ["Env", "EnvTask", "GuiEnv", "RunResult", "Sandbox", "SandboxError", "SandboxLimits", "StepResult", "SweEnv", "TerminalEnv", "ToolCallEnv",
+__all__ = ["Env", "EnvTask", "RunResult", "Sandbox", "SandboxError", "SandboxLimits", "StepResult",
            "fraction_to_reward", "fresh_workspace", "get_task", "isolation_mode", "isolation_status", "known_settings",
            "list_tasks", "make_env", "play_episode", "register_setting"]

@@ -1,9 +1,9 @@
 """What every agent environment shares: tasks, the `Env` protocol, the setting registry, the outcome reward.
 
 A *setting* (terminal, toolcall, swe, ...) is a family of tasks and the environment that runs them. A setting
-module registers itself with ``register_setting(name, list_tasks_fn, make_env_fn)`` when it is imported (the
-package ``slime_ext.envs`` imports the built-in ones; ``envs/loader.py`` imports a user's from a folder, a
-file, a module or an installed package), and is then reachable by name:
+module registers itself with ``register_setting(name, list_tasks_fn, make_env_fn)`` when it is imported, and
+is then reachable by name. Settings live outside this package, each in its folder (``terminal-rl/``, ...,
+or the user's own); ``envs/loader.py`` imports them on demand (the registry asks it when a name is missing):
 
     task = get_task("terminal", "term-count-lines")
     with make_env("terminal", max_turns=8) as env:
@@ -175,6 +175,20 @@ class _Setting:
 
 
 _SETTINGS: dict[str, _Setting] = {}
+# what makes settings known on demand: envs/loader.py adds its load_settings (the built-in setting folders,
+# $OPENCLAW_RL_SETTINGS, installed packages), so the registry never imports a setting itself
+_FINDERS: list[Callable[[], object]] = []
+
+
+def add_finder(find: Callable[[], object]) -> None:
+    """Call ``find()`` whenever the registry is asked for the settings it knows or for one it lacks."""
+    if find not in _FINDERS:
+        _FINDERS.append(find)
+
+
+def _find() -> None:
+    for find in _FINDERS:
+        find()
 
 
 def register_setting(name: str, list_tasks_fn: Callable[[], list[EnvTask]], make_env_fn: Callable[..., Env]) -> None:
@@ -187,14 +201,23 @@ def register_setting(name: str, list_tasks_fn: Callable[[], list[EnvTask]], make
 
 
 def known_settings() -> list[str]:
+    """Every setting there is: the registered ones after the finders looked for more."""
+    _find()
+    return sorted(_SETTINGS)
+
+
+def registered_settings() -> list[str]:
+    """The settings registered so far, without looking for more."""
     return sorted(_SETTINGS)
 
 
 def _setting(name: str) -> _Setting:
+    if name not in _SETTINGS:
+        _find()
     try:
         return _SETTINGS[name]
     except KeyError:
-        known = ", ".join(known_settings()) or "none"
+        known = ", ".join(sorted(_SETTINGS)) or "none"
         raise ValueError(f"unknown setting {name!r}; known settings: {known} (a setting of your own: --setting-path "
                          f"DIR, or OPENCLAW_RL_SETTINGS; docs/extending.md)") from None
 

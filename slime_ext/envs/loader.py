@@ -1,4 +1,4 @@
-"""Settings from outside ``slime_ext``: a folder, a ``.py`` file, a module, or an installed package.
+"""Settings, all from outside ``slime_ext``: the built-in folders, a user's folder, file or module, a package.
 
 A setting registers itself when its module is imported (``register_setting(name, list_tasks, make_env)``), as
 the built-in ones do, so loading one is importing the module that registers it. A **spec** is
@@ -9,7 +9,10 @@ the built-in ones do, so loading one is importing the module that registers it. 
 - a ``.py`` file: its folder goes on ``sys.path`` and the file is imported;
 - anything else: a module path (``my_pkg.my_setting``), imported from the Python path.
 
-``load_settings(specs)`` loads those, the specs in ``OPENCLAW_RL_SETTINGS`` (separated by ``os.pathsep``: how
+The built-in settings are folders of this repository (``BUILTIN``: ``terminal-rl/``, ``toolcall-rl/``,
+``swe-rl/``, ``gui-rl/``), loaded the same way: the core never imports a setting; the registry
+(``envs/base.py``) calls ``load_settings`` when asked for a setting it lacks. ``load_settings(specs)`` loads
+the built-in folders, ``specs``, the specs in ``OPENCLAW_RL_SETTINGS`` (separated by ``os.pathsep``: how
 a launcher hands them to Slime's rollout workers) and the modules installed packages name in the entry-point
 group ``openclaw_rl.settings``; each at most once per process. A module's file name is its module name, so
 names must be unique across folders; a clash, a failed import, or a spec that registers no setting is a
@@ -26,18 +29,23 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from slime_ext.envs.base import known_settings
+from slime_ext.envs.base import add_finder, registered_settings
 from slime_ext.plugins import PluginError
 
+ROOT = Path(__file__).resolve().parents[2]  # the repository: slime_ext/envs/loader.py
+BUILTIN = tuple(ROOT / name for name in ("terminal-rl", "toolcall-rl", "swe-rl", "gui-rl"))
 ENV_VAR = "OPENCLAW_RL_SETTINGS"
 ENTRY_POINTS = "openclaw_rl.settings"
 _loaded: set[str] = set()  # specs (resolved paths or module names) already imported in this process
 
 
 def load_settings(specs: Iterable[str] = ()) -> list[str]:
-    """Load ``specs``, ``$OPENCLAW_RL_SETTINGS`` and installed packages' settings; the setting names that
-    loading them registered (new ones only)."""
-    before = set(known_settings())
+    """Load the built-in setting folders, ``specs``, ``$OPENCLAW_RL_SETTINGS`` and installed packages'
+    settings; the setting names that loading them registered (new ones only)."""
+    before = set(registered_settings())
+    for folder in BUILTIN:
+        if folder.is_dir():
+            load_setting(str(folder))
     from_env = [s for s in os.environ.get(ENV_VAR, "").split(os.pathsep) if s.strip()]
     for spec in [*specs, *from_env]:
         load_setting(spec)
@@ -46,7 +54,7 @@ def load_settings(specs: Iterable[str] = ()) -> list[str]:
         if module not in _loaded:
             _import_module(module, f"the package entry point {ep.name!r} ({ENTRY_POINTS})")
             _loaded.add(module)
-    return sorted(set(known_settings()) - before)
+    return sorted(set(registered_settings()) - before)
 
 
 def load_setting(spec: str) -> None:
@@ -55,31 +63,31 @@ def load_setting(spec: str) -> None:
     key = str(path.resolve()) if path.exists() else spec
     if key in _loaded:
         return
-    before = set(known_settings())
+    before = set(registered_settings())
     if path.is_dir():
         files = [f for f in sorted(path.glob("*.py")) if "register_setting" in f.read_text(errors="replace")]
         if not files:
             raise PluginError(f"setting {spec!r}: no .py file in that folder calls register_setting")
-        for f in files:
-            _import_file(f, spec)
+        ran = [_import_file(f, spec) for f in files]
     elif path.suffix == ".py" and path.is_file():
-        _import_file(path, spec)
+        ran = [_import_file(path, spec)]
     elif spec.endswith(".py") or os.sep in spec:
         raise PluginError(f"setting {spec!r}: no such folder or .py file")
     else:
-        _import_module(spec, f"setting {spec!r}")
-    if set(known_settings()) == before:
+        ran = [_import_module(spec, f"setting {spec!r}")]
+    if any(ran) and set(registered_settings()) == before:
         raise PluginError(f"setting {spec!r}: importing it registered no setting (call "
                           f"slime_ext.envs.register_setting(name, list_tasks, make_env) in the module)")
     _loaded.add(key)
 
 
-def _import_file(path: Path, spec: str) -> None:
+def _import_file(path: Path, spec: str) -> bool:
+    """Import ``path`` as module ``path.stem``; False when it already was (by this loader or an import)."""
     name = path.stem
     taken = sys.modules.get(name)
     if taken is not None:
         if Path(getattr(taken, "__file__", "") or "").resolve() == path.resolve():
-            return
+            return False
         raise PluginError(f"setting {spec!r}: the module name {name!r} of {path} is taken by "
                           f"{getattr(taken, '__file__', None) or 'a built-in module'}; rename the file")
     folder = str(path.parent.resolve())
@@ -93,9 +101,13 @@ def _import_file(path: Path, spec: str) -> None:
     except Exception as e:  # the user's code raising on import: its error, not ours
         del sys.modules[name]
         raise PluginError(f"setting {spec!r}: importing {path} failed: {type(e).__name__}: {e}") from None
+    return True
 
 
-def _import_module(name: str, what: str) -> None:
+def _import_module(name: str, what: str) -> bool:
+    """Import module ``name``; False when it already was."""
+    if name in sys.modules:
+        return False
     try:
         importlib.import_module(name)
     except ModuleNotFoundError as e:
@@ -105,3 +117,7 @@ def _import_module(name: str, what: str) -> None:
         raise PluginError(f"{what}: importing {name} failed: {type(e).__name__}: {e}") from None
     except Exception as e:
         raise PluginError(f"{what}: importing {name} failed: {type(e).__name__}: {e}") from None
+    return True
+
+
+add_finder(load_settings)

@@ -48,11 +48,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gui_server import STATE_JS, Site, site
+
 from slime_ext.envs.axtree import NodeIds, TreeLine, render_tree, tree_diff, tree_text
 from slime_ext.envs.base import EnvTask, SandboxedEpisode, StepResult, fraction_to_reward, register_setting
 from slime_ext.envs.browser import Browser, BrowserError, Page, shared_browser
-from slime_ext.envs.gui_server import STATE_JS, Site, site
-from slime_ext.envs.terminal import CheckResult
+from slime_ext.envs.checks import CheckResult
 
 SETTING = "gui"
 MAX_ACTIONS = 8
@@ -325,7 +326,7 @@ def _label(line: TreeLine) -> str:
 
 
 def list_gui_tasks() -> list[EnvTask]:
-    from slime_ext.envs.gui_tasks import gui_tasks
+    from gui_tasks import gui_tasks
 
     return gui_tasks()
 

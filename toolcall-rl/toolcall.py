@@ -67,8 +67,8 @@ from typing import Any
 
 from slime_ext.chat.reply import CLOSE, OPEN, parse_tool_call
 from slime_ext.envs.base import EnvTask, SandboxedEpisode, StepResult, fraction_to_reward, register_setting
+from slime_ext.envs.checks import CheckResult, clip
 from slime_ext.envs.sandbox import RunResult, Sandbox, SandboxLimits, fresh_workspace
-from slime_ext.envs.terminal import CheckResult, clip
 from slime_ext.simulate.tasks import KINDS, math_tasks
 
 SETTING = "toolcall"

@@ -29,7 +29,7 @@ import hashlib
 import json
 import re
 
-from slime_ext.envs import swe_repos
+import swe_repos
 
 TESTS_DIR = "tests/"
 MUTATION_KINDS = ("compare", "arith", "constant", "boolop", "negate_if", "return_none")

@@ -46,8 +46,10 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from slime_ext.envs import terminal_tasks
+import terminal_tasks
+
 from slime_ext.envs.base import EnvTask, SandboxedEpisode, StepResult, fraction_to_reward, register_setting
+from slime_ext.envs.checks import CheckResult, clip
 from slime_ext.envs.sandbox import RunResult, Sandbox, SandboxLimits, fresh_workspace
 from slime_ext.envs.workspace import (
     lstat_in_workspace,
@@ -108,14 +110,6 @@ def parse_action(text: str) -> ParsedAction:
             command = body + "\n"
         i = j + 1
     return ParsedAction(command, done, blocks)
-
-
-def clip(text: str, max_chars: int, name: str) -> str:
-    """`text` without its final newline, cut to `max_chars` characters with a marker saying how much was cut."""
-    text = text[:-1] if text.endswith("\n") else text
-    if len(text) <= max_chars:
-        return text
-    return f"{text[:max_chars]}\n[... {name} truncated: {len(text) - max_chars} more characters not shown]"
 
 
 def format_observation(res: RunResult, timeout_s: float, max_chars: int) -> str:
@@ -184,13 +178,6 @@ def write_task_files(root: Path, data: dict) -> None:
     write_files(root, data.get("files", {}))
     for rel, mode in data.get("modes", {}).items():
         os.chmod(root / rel, int(mode, 8))
-
-
-@dataclasses.dataclass(frozen=True)
-class CheckResult:
-    description: str
-    passed: bool
-    detail: str
 
 
 def _check_file(root: Path, check: dict) -> tuple[bool, str]:

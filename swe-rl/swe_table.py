@@ -8,7 +8,7 @@ the table holds ``repo_digest`` (its files and mutation sites), its test ids, an
 ``tests``) of the tests that fail with that mutation. ``swe.list_swe_tasks`` raises when a digest is stale.
 
 Invariant: the table is a pure function of ``swe_repos.REPOS``, the mutation rules and the runner; regenerate it
-with ``.venv/bin/python -c "from slime_ext.envs.swe_table import write_table; write_table()"`` (about a minute
+with ``PYTHONPATH=swe-rl .venv/bin/python -c "from swe_table import write_table; write_table()"`` (about a minute
 on 2 cores). ``write_table`` replaces only the text from ``TABLE_MARKER`` on.
 """
 
@@ -19,10 +19,11 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from slime_ext.envs import swe_repos
+import swe_repos
+from swe_checks import TestRun, run_tests
+from swe_mutations import mutated_files, repo_digest, repo_mutations
+
 from slime_ext.envs.sandbox import Sandbox, SandboxLimits, fresh_workspace
-from slime_ext.envs.swe_checks import TestRun, run_tests
-from slime_ext.envs.swe_mutations import mutated_files, repo_digest, repo_mutations
 from slime_ext.envs.workspace import write_files
 
 
@@ -73,7 +74,7 @@ TABLE_MARKER = "# --------------------------------------------------------------
 
 
 def format_table(table: dict) -> str:
-    lines = [TABLE_MARKER, "# Written by slime_ext.envs.swe.write_table(); do not edit by hand. Per repository: the",
+    lines = [TABLE_MARKER, "# Written by swe_table.write_table(); do not edit by hand. Per repository: the",
              "# digest of its files and mutation sites, its test ids, and mutation site index -> indices (in",
              "# `tests`) of the tests that fail with that mutation.", "TABLE: dict[str, dict] = {"]
     for repo, entry in table.items():

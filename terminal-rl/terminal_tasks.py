@@ -1,7 +1,7 @@
 """The terminal setting's tasks: hand-written shell tasks, each with an automatic check.
 
 Categories: files, text, archives, git, permissions, scripts. Every task is plain data (see
-``slime_ext/envs/terminal.py`` for what ``files``, ``dirs``, ``modes``, ``setup`` and ``checks`` mean) and uses
+``terminal.py`` for what ``files``, ``dirs``, ``modes``, ``setup`` and ``checks`` mean) and uses
 only tools that every Debian/Ubuntu base system has in /usr/bin: coreutils, findutils, grep, sed, awk, tar,
 gzip, git and bash (zip is not assumed).
 
@@ -16,19 +16,13 @@ deterministically (no randomness at import), so a task id always means the same 
 
 from __future__ import annotations
 
-import hashlib
 import random
 
 from slime_ext.envs.base import EnvTask
+from slime_ext.envs.checks import split_of
 
 SETTING = "terminal"
 CATEGORIES = ("files", "text", "archives", "git", "permissions", "scripts")
-HELDOUT_MODULUS = 5
-
-
-def split_of(task_id: str) -> str:
-    """"heldout" iff sha256(task_id) as an integer is divisible by HELDOUT_MODULUS, else "train"."""
-    return "heldout" if int(hashlib.sha256(task_id.encode()).hexdigest(), 16) % HELDOUT_MODULUS == 0 else "train"
 
 
 def _task(task_id: str, category: str, instruction: str, checks: list[dict], **data) -> EnvTask:

@@ -37,10 +37,11 @@ import re
 import secrets
 import symtable
 
+from swe_mutations import source_files
+
 from slime_ext.envs.base import fraction_to_reward
+from slime_ext.envs.checks import clip
 from slime_ext.envs.sandbox import Sandbox
-from slime_ext.envs.swe_mutations import source_files
-from slime_ext.envs.terminal import clip
 
 # the integrity check: builtins that reach objects by name or run code, and attributes that lead from an object
 # to frames or to modules with the interpreter's state (besides every `_private` and `__dunder__` attribute)

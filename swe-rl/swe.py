@@ -41,11 +41,9 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from slime_ext.envs import swe_repos
-from slime_ext.envs.base import EnvTask, SandboxedEpisode, StepResult, register_setting
-from slime_ext.envs.sandbox import Sandbox, SandboxLimits, fresh_workspace
-from slime_ext.envs.swe_checks import format_report, integrity_problems, lint, run_tests, swe_reward
-from slime_ext.envs.swe_commands import (
+import swe_repos
+from swe_checks import format_report, integrity_problems, lint, run_tests, swe_reward
+from swe_commands import (
     EDIT_FORMAT,
     Command,
     EditError,
@@ -55,7 +53,7 @@ from slime_ext.envs.swe_commands import (
     parse_edit_blocks,
     unified_diff,
 )
-from slime_ext.envs.swe_mutations import (
+from swe_mutations import (
     TESTS_DIR,
     Mutation,
     mutated_files,
@@ -63,9 +61,10 @@ from slime_ext.envs.swe_mutations import (
     repo_mutations,
     source_files,
 )
-from slime_ext.envs.swe_table import write_table  # noqa: F401 (the generated table names swe.write_table)
-from slime_ext.envs.terminal import CheckResult, clip
-from slime_ext.envs.terminal_tasks import split_of
+
+from slime_ext.envs.base import EnvTask, SandboxedEpisode, StepResult, register_setting
+from slime_ext.envs.checks import CheckResult, clip, split_of
+from slime_ext.envs.sandbox import Sandbox, SandboxLimits, fresh_workspace
 from slime_ext.envs.workspace import (
     list_workspace,
     lstat_in_workspace,
@@ -303,7 +302,7 @@ def list_swe_tasks() -> list[EnvTask]:
         entry = swe_repos.TABLE.get(repo)
         if entry is None or entry["digest"] != repo_digest(repo):
             raise RuntimeError(f"swe: the task table of repository {repo!r} is stale; regenerate it with "
-                               f"`python -c \"from slime_ext.envs.swe_table import write_table; write_table()\"`")
+                               f"`PYTHONPATH=swe-rl python -c \"from swe_table import write_table; write_table()\"`")
         sites = repo_mutations(repo)
         for index, failing in entry["tasks"].items():
             tasks.append(make_task(repo, index, sites[index], entry["tests"], [entry["tests"][i] for i in failing]))

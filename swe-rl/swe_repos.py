@@ -3,13 +3,13 @@
 Each repository is plain data, ``REPOS[name] = {relative path: text}``: one package (1-2 modules) and a
 ``tests/`` package that ``python3 -m unittest`` discovers from the repository root. Every suite passes on the
 code as written here (``tests/test_env_swe.py`` checks it). Tasks are made by injecting one bug into a
-module (see ``slime_ext/envs/swe_mutations.py``); only the files outside ``tests/`` are ever mutated.
+module (see ``swe_mutations.py``); only the files outside ``tests/`` are ever mutated.
 
 ``TABLE`` at the end is generated, not hand-written: for each repository, a digest of its files, the ids of
 its tests and, for every qualifying mutation site (by its index in the site enumeration), the tests that fail
 once that mutation is applied. Regenerate it after changing a repository or the mutation rules:
 
-    .venv/bin/python -c "from slime_ext.envs.swe_table import write_table; write_table()"
+    PYTHONPATH=swe-rl .venv/bin/python -c "from swe_table import write_table; write_table()"
 
 Editing a repository without regenerating makes ``list_tasks("swe")`` raise (the digest no longer matches).
 """
@@ -1045,7 +1045,7 @@ REPOS["roman"] = {
 
 
 # ----------------------------------------------------------------------------- generated task table
-# Written by slime_ext.envs.swe.write_table(); do not edit by hand. Per repository: the
+# Written by swe_table.write_table(); do not edit by hand. Per repository: the
 # digest of its files and mutation sites, its test ids, and mutation site index -> indices (in
 # `tests`) of the tests that fail with that mutation.
 TABLE: dict[str, dict] = {
