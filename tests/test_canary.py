@@ -176,6 +176,19 @@ def test_the_first_versions_facts_are_kept_across_restarts(tmp_path):
     assert again.first_known == set(canary.facts[:10])
 
 
+def test_an_nll_drift_that_passes_each_step_is_refused_since_the_first_version():
+    """The personalization experiment's `so` seed 1: +0.15 and +0.10 nats/token in two steps, each inside the
+    0.25 limit, and its answers had grown from 20 to 47 words by the end."""
+    cfg = CanaryConfig()
+    first = CanaryFigures(1.26, 0.93, 0.4, 17.5)
+    one = CanaryFigures(1.41, 0.93, 0.4, 17.5)
+    assert regressions(first, one, cfg, first) == []
+    two = CanaryFigures(1.53, 0.93, 0.4, 17.5)
+    assert regressions(one, two, cfg) == []  # step to step alone: +0.12 passes
+    assert regressions(one, two, cfg, first) == [
+        "reference NLL rose +0.270 nats/token since the first version (1.260 -> 1.530; limit 0.25)"]
+
+
 def test_bad_canary_settings_are_refused_by_name():
     from slime_ext.config import ServeConfig
 

@@ -133,7 +133,7 @@ def answered(texts: Sequence[str], keys: Sequence[Sequence[str]]) -> float:
 def regressions(before: CanaryFigures, after: CanaryFigures, cfg: CanaryConfig,
                 first: CanaryFigures | None = None) -> list[str]:
     """Why ``after`` may not replace ``before`` (empty: it may). Each rule bounds one regression:
-    the NLL rise (absolute, nats/token), distinct-2 (relative; a fall under 0.05 always passes:
+    the NLL rise (absolute, nats/token; against the served version and the ``first``), distinct-2 (relative; a fall under 0.05 always passes:
     a handful of bigrams), the EOS rate (absolute), the length (relative; a growth of at most 4
     tokens always passes, so short replies may grow), the canary questions answered since the
     ``first`` version (absolute; default ``before``) and the facts forgotten since it."""
@@ -142,9 +142,13 @@ def regressions(before: CanaryFigures, after: CanaryFigures, cfg: CanaryConfig,
     if bad:
         return [f"non-finite canary figures ({', '.join(bad)})"]
     reasons = []
+    first = first or before
     rise = after.nll - before.nll
     if rise > cfg.max_nll_rise:
         reasons.append(f"reference NLL rose {rise:+.3f} nats/token ({before.nll:.3f} -> {after.nll:.3f}; limit {cfg.max_nll_rise:g})")
+    elif after.nll - first.nll > cfg.max_nll_rise:  # steps that each pass, adding up
+        reasons.append(f"reference NLL rose {after.nll - first.nll:+.3f} nats/token since the first version "
+                       f"({first.nll:.3f} -> {after.nll:.3f}; limit {cfg.max_nll_rise:g})")
     if after.distinct2 < cfg.min_distinct_ratio * before.distinct2 and before.distinct2 - after.distinct2 >= 0.05:
         reasons.append(f"distinct-2 fell {before.distinct2:.3f} -> {after.distinct2:.3f} (limit {cfg.min_distinct_ratio:g}x)")
     if after.eos_rate < before.eos_rate - cfg.max_eos_drop:
@@ -152,7 +156,6 @@ def regressions(before: CanaryFigures, after: CanaryFigures, cfg: CanaryConfig,
     if after.mean_length > max(cfg.max_length_ratio * before.mean_length, before.mean_length + 4):
         reasons.append(f"mean length grew {before.mean_length:.1f} -> {after.mean_length:.1f} tokens "
                        f"(limit {cfg.max_length_ratio:g}x)")
-    first = first or before
     if after.answered < first.answered - cfg.max_answered_drop - 1e-9:
         reasons.append(f"canary questions answered fell {first.answered:.2f} -> {after.answered:.2f} since the first "
                        f"version (limit -{cfg.max_answered_drop:g})")
