@@ -176,17 +176,19 @@ def test_the_first_versions_facts_are_kept_across_restarts(tmp_path):
     assert again.first_known == set(canary.facts[:10])
 
 
-def test_an_nll_drift_that_passes_each_step_is_refused_since_the_first_version():
-    """The personalization experiment's `so` seed 1: +0.15 and +0.10 nats/token in two steps, each inside the
-    0.25 limit, and its answers had grown from 20 to 47 words by the end."""
+def test_a_drift_that_passes_each_step_is_refused_since_the_first_version():
+    """The personalization experiment's `so` seed 1 (with `forgotten` on): its served versions' figures, each
+    step inside every limit, while its answers grew from 20 to 47 words and lost a held-out answer."""
     cfg = CanaryConfig()
-    first = CanaryFigures(1.26, 0.93, 0.4, 17.5)
-    one = CanaryFigures(1.41, 0.93, 0.4, 17.5)
-    assert regressions(first, one, cfg, first) == []
-    two = CanaryFigures(1.53, 0.93, 0.4, 17.5)
-    assert regressions(one, two, cfg) == []  # step to step alone: +0.12 passes
-    assert regressions(one, two, cfg, first) == [
-        "reference NLL rose +0.270 nats/token since the first version (1.260 -> 1.530; limit 0.25)"]
+    first = CanaryFigures(1.263, 0.93, 0.4, 17.5)
+    v1, v2 = CanaryFigures(1.330, 0.94, 0.4, 18.0), CanaryFigures(1.513, 0.94, 0.2, 20.7)
+    assert regressions(first, v1, cfg, first) == [] and regressions(v1, v2, cfg, first) == []
+    v3 = CanaryFigures(1.483, 0.92, 0.1, 22.4)
+    assert regressions(v2, v3, cfg) == []  # step to step alone
+    assert regressions(v2, v3, cfg, first) == ["EOS rate fell 0.40 -> 0.10 since the first version (limit -0.25)"]
+    drifted = CanaryFigures(1.533, 0.92, 0.4, 20.0)  # +0.02 over v2, +0.27 since the first
+    assert regressions(v2, drifted, cfg, first) == [
+        "reference NLL rose +0.270 nats/token since the first version (1.263 -> 1.533; limit 0.25)"]
 
 
 def test_bad_canary_settings_are_refused_by_name():

@@ -133,8 +133,9 @@ def answered(texts: Sequence[str], keys: Sequence[Sequence[str]]) -> float:
 def regressions(before: CanaryFigures, after: CanaryFigures, cfg: CanaryConfig,
                 first: CanaryFigures | None = None) -> list[str]:
     """Why ``after`` may not replace ``before`` (empty: it may). Each rule bounds one regression:
-    the NLL rise (absolute, nats/token; against the served version and the ``first``), distinct-2 (relative; a fall under 0.05 always passes:
-    a handful of bigrams), the EOS rate (absolute), the length (relative; a growth of at most 4
+    the NLL rise (absolute, nats/token) and the EOS rate's fall (absolute), each against the served
+    version and the ``first`` (steps that each pass add up), distinct-2 (relative; a fall under 0.05 always
+    passes: a handful of bigrams), the length (relative; a growth of at most 4
     tokens always passes, so short replies may grow), the canary questions answered since the
     ``first`` version (absolute; default ``before``) and the facts forgotten since it."""
     figures = asdict(after)
@@ -151,8 +152,11 @@ def regressions(before: CanaryFigures, after: CanaryFigures, cfg: CanaryConfig,
                        f"({first.nll:.3f} -> {after.nll:.3f}; limit {cfg.max_nll_rise:g})")
     if after.distinct2 < cfg.min_distinct_ratio * before.distinct2 and before.distinct2 - after.distinct2 >= 0.05:
         reasons.append(f"distinct-2 fell {before.distinct2:.3f} -> {after.distinct2:.3f} (limit {cfg.min_distinct_ratio:g}x)")
-    if after.eos_rate < before.eos_rate - cfg.max_eos_drop:
+    if after.eos_rate < before.eos_rate - cfg.max_eos_drop - 1e-9:
         reasons.append(f"EOS rate fell {before.eos_rate:.2f} -> {after.eos_rate:.2f} (limit -{cfg.max_eos_drop:g})")
+    elif after.eos_rate < first.eos_rate - cfg.max_eos_drop - 1e-9:
+        reasons.append(f"EOS rate fell {first.eos_rate:.2f} -> {after.eos_rate:.2f} since the first version "
+                       f"(limit -{cfg.max_eos_drop:g})")
     if after.mean_length > max(cfg.max_length_ratio * before.mean_length, before.mean_length + 4):
         reasons.append(f"mean length grew {before.mean_length:.1f} -> {after.mean_length:.1f} tokens "
                        f"(limit {cfg.max_length_ratio:g}x)")
