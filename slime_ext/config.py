@@ -81,7 +81,7 @@ class ServeConfig(LearningConfig):
     teacher_min_gap: float = _TEACH.min_gap  # nats/token the hint must add to the teacher's own answer
     teacher_check_tokens: int = _TEACH.max_new_tokens  # length of the teacher's greedy answer
     teacher_checks_per_hint: int = _TEACH.per_hint  # prompts a hint is measured on, then its median is reused
-    unfollowed_hints: str = "drop"  # "drop" (not trained), "skip" (no teacher term) or "train"; by the experiment v2
+    unfollowed_hints: str = _TEACH.unfollowed  # "drop" (not trained), "skip" (no teacher term) or "train"
 
     def trainer_config(self) -> TrainerConfig:
         """The trainer's settings, taken from these: the learning settings as they are, and the nested ones."""

@@ -23,7 +23,12 @@ from slime_ext.models import resolve_model
 from slime_ext.store import Store, export_records
 from slime_ext.teacher import teacher_logprobs, teacher_prompt_ids
 from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, wrap_lora
+from slime_ext.trainers.teachability import TeachabilityConfig
 from slime_ext.types import Turn
+
+# the trainer's mechanics, whatever the teacher check says (tiny's random teacher follows no hint; the
+# default, unfollowed hints dropped, would leave nothing to train): trained anyway
+TRAIN_ANYWAY = TeachabilityConfig(unfollowed="train")
 
 HINT = "Answer with a single word."
 TRAIN = ["What is the capital of Italy?", "What is the capital of Spain?", "What is the largest planet?",
@@ -103,7 +108,7 @@ def test_opd_on_a_handful_of_hinted_turns_makes_concise_answers_likelier(smollm2
         store.record_verdict(sid, 0, -1, [(-1, "test")], hint=HINT, hint_votes=[(1, "test")])
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    cfg = TrainerConfig(method="opd", batch_size=4, lr=1e-3, lora_rank=8, lora_alpha=16)
+    cfg = TrainerConfig(method="opd", batch_size=4, lr=1e-3, lora_rank=8, lora_alpha=16, teacher_check=TRAIN_ANYWAY)
     trainer = OnlineTrainer(wrap_lora(model, cfg), store, tmp_path / "run", cfg, renderer=renderer)
 
     def concise():

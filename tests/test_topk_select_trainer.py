@@ -9,7 +9,12 @@ from slime_ext.judge.hints import candidate_hints
 from slime_ext.judge.prompts import HINT_END, HINT_START
 from slime_ext.store import Store
 from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, wrap_lora
+from slime_ext.trainers.teachability import TeachabilityConfig
 from tests.test_trainer_loop import record_hinted, tiny_model_and_renderer
+
+# the trainer's mechanics, whatever the teacher check says (tiny's random teacher follows no hint; the
+# default, unfollowed hints dropped, would leave nothing to train): trained anyway
+TRAIN_ANYWAY = TeachabilityConfig(unfollowed="train")
 
 N_TURNS = 2
 LONG = "Always answer in French, please."
@@ -34,7 +39,7 @@ def hinted(tmp_path):
 def trainer_for(hinted, **overrides):
     base, store, renderer, run = hinted
     settings = dict(method="opd", batch_size=N_TURNS, lr=1e-3, lora_rank=8, lora_alpha=16, distill="topk_select",
-                    topk=4, topk_support="student", hint_m=3, opd_clip=1.0)
+                    topk=4, topk_support="student", hint_m=3, opd_clip=1.0, teacher_check=TRAIN_ANYWAY)
     cfg = TrainerConfig(**{**settings, **overrides})
     return OnlineTrainer(wrap_lora(base, cfg), store, run, cfg, renderer=renderer)
 

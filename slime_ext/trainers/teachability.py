@@ -48,7 +48,9 @@ class TeachabilityConfig:
     min_gap: float = 0.15  # the hint's median nats/token added to the teacher's own answer (docs/learning.md)
     max_new_tokens: int = 48  # length bound of the teacher's greedy answer
     per_hint: int = 4  # distinct prompts a hint is measured on; later turns reuse its median (0: every prompt)
-    unfollowed: str = "train"  # "train": trained anyway (shown, counted); "skip": no teacher term; "drop": not trained
+    # "drop": not trained (the experiment v2's choice: docs/learning.md); "skip": no teacher term; "train": trained
+    # anyway (shown, counted)
+    unfollowed: str = "drop"
 
     def validate(self) -> None:
         """Raise ValueError naming the setting that cannot work."""
