@@ -1,0 +1,3 @@
+from calc.parser import Parser, evaluate, tokenize
+
+__all__ = ["Parser", "evaluate", "tokenize"]

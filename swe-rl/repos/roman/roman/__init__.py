@@ -1,0 +1,3 @@
+from roman.numerals import from_roman, to_roman
+
+__all__ = ["from_roman", "to_roman"]

@@ -1,0 +1,3 @@
+from vecmat.linalg import add, dot, identity, matmul, scale, trace, transpose
+
+__all__ = ["add", "dot", "identity", "matmul", "scale", "trace", "transpose"]
