@@ -22,7 +22,7 @@ openclaw_build_args
 # it adds the teacher term from Sample.teacher_log_probs, weighted by w_rl / w_opd from the plugin config.
 GRPO_ARGS+=(
    --loss-type custom_loss
-   --custom-loss-function-path slime_ext.hooks.loss.combine_loss
+   --custom-loss-function-path "${LOSS_FUNCTION:-slime_ext.hooks.loss.combine_loss}"
 )
 
 openclaw_common_config

@@ -42,7 +42,7 @@ openclaw_build_args
 
 GRPO_ARGS+=(
    --loss-type custom_loss
-   --custom-loss-function-path slime_ext.hooks.loss.topk_select_token_loss
+   --custom-loss-function-path "${LOSS_FUNCTION:-slime_ext.hooks.loss.topk_select_token_loss}"
 )
 
 openclaw_common_config

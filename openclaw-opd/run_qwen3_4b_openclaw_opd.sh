@@ -23,7 +23,7 @@ openclaw_build_args
 # term a second time to the advantages).
 GRPO_ARGS+=(
    --loss-type custom_loss
-   --custom-loss-function-path slime_ext.hooks.loss.combine_loss
+   --custom-loss-function-path "${LOSS_FUNCTION:-slime_ext.hooks.loss.combine_loss}"
 )
 
 openclaw_common_config

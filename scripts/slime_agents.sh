@@ -27,6 +27,10 @@
 #                    (default ${HF_CKPT}_torch_dist)
 #   NUM_GPUS, ACTOR_GPUS, ROLLOUT_GPUS   GPUs of this node; training / SGLang rollout (default: half each)
 #   COLOCATE=1       training and rollout share all the GPUs, in turn (Slime's --colocate)
+#   OPENCLAW_RL_SETTINGS   settings of your own (absolute folders, .py files or modules, ':'-separated; the
+#                    exporter and the generate hook load them: docs/extending.md); with AGENT_SETTING named
+#                    by your own launcher (agent_settings NAME)
+#   GENERATE_FUNCTION      Slime's --custom-generate-function-path (default slime_ext.hooks.generate.generate)
 #   NUM_NODES        nodes (default 1), each with the GPUs above; more than 1 submits to a Ray cluster the
 #                    user started over them (REUSE_RAY=1)
 #   MAX_TURNS        model messages per episode (default: the setting's)
@@ -57,7 +61,7 @@
 # shellcheck source-path=SCRIPTDIR source=slime_common.sh
 source "$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)/slime_common.sh"
 
-AGENT_GENERATE_HOOK=slime_ext.hooks.generate.generate
+AGENT_GENERATE_HOOK="${GENERATE_FUNCTION:-slime_ext.hooks.generate.generate}" # GENERATE_FUNCTION: your own, module.function
 
 # ------------------------------------------------------------------------------------------------ settings
 
@@ -284,6 +288,8 @@ agent_write_config() {
    openclaw_yaml_num max_turns "${MAX_TURNS}"
    openclaw_yaml_str samples "${SAMPLES}"
    openclaw_yaml_num context_budget "${CONTEXT_BUDGET}"
+   # settings of the user's own (envs/loader.py), loaded by the generate hook on the rollout workers
+   [[ -z ${OPENCLAW_RL_SETTINGS:-} ]] || openclaw_yaml_str setting_paths "${OPENCLAW_RL_SETTINGS}"
    mkdir -p "${RUN_DIR}"
    local tmp="${AGENT_CONFIG}.tmp.$$"
    {

@@ -162,6 +162,7 @@ openclaw_preflight() {
    for path in "$OPENCLAW_REPO_ROOT" "$SLIME_DIR" "$MEGATRON_DIR" "$RUN_DIR"; do
       [[ $path != *[\"\\:]* ]] || openclaw_die "${path}: a path with a quote, backslash or colon cannot go on PYTHONPATH"
    done
+   [[ ${PYTHONPATH:-} != *[\"\\]* ]] || openclaw_die "PYTHONPATH=${PYTHONPATH}: a quote or backslash cannot go into the Ray job's environment"
    if ! openclaw_is_dry_run; then
       [[ -e $HF_CKPT ]] || openclaw_die "HF_CKPT=${HF_CKPT} does not exist (see instructions/slime-cluster.md)"
       [[ -e $REF_LOAD ]] || openclaw_die "REF_LOAD=${REF_LOAD} does not exist: convert the model with Slime's tools/convert_hf_to_torch_dist.py (instructions/slime-cluster.md)"
@@ -234,7 +235,8 @@ openclaw_runtime_env() {
       nvlink_count=$(nvidia-smi topo -m 2>/dev/null | grep -o 'NV[0-9][0-9]*' | wc -l || true)
    fi
    if ((nvlink_count > 0)); then OPENCLAW_HAS_NVLINK=1; fi
-   OPENCLAW_RUNTIME_ENV_JSON="{\"env_vars\": {\"PYTHONPATH\": \"${MEGATRON_DIR}:${SLIME_DIR}:${OPENCLAW_REPO_ROOT}\", \"CUDA_DEVICE_MAX_CONNECTIONS\": \"1\", \"NCCL_NVLS_ENABLE\": \"${OPENCLAW_HAS_NVLINK}\"}}"
+   # the caller's PYTHONPATH last: folders of their own hooks, judges and settings (docs/extending.md)
+   OPENCLAW_RUNTIME_ENV_JSON="{\"env_vars\": {\"PYTHONPATH\": \"${MEGATRON_DIR}:${SLIME_DIR}:${OPENCLAW_REPO_ROOT}${PYTHONPATH:+:${PYTHONPATH}}\", \"CUDA_DEVICE_MAX_CONNECTIONS\": \"1\", \"NCCL_NVLS_ENABLE\": \"${OPENCLAW_HAS_NVLINK}\"}}"
 }
 
 # ------------------------------------------------------------------------------------------------ settings
@@ -382,8 +384,8 @@ openclaw_build_args() {
    ROLLOUT_ARGS=(
       # Live conversations instead of a prompt dataset: the rollout function serves the OpenAI-compatible
       # API in the RolloutManager and returns ROLLOUT_BATCH_SIZE judged turns per step.
-      --rollout-function-path slime_ext.hooks.rollout.live_rollout
-      --custom-reward-post-process-path slime_ext.hooks.reward.post_process_rewards
+      --rollout-function-path "${ROLLOUT_FUNCTION:-slime_ext.hooks.rollout.live_rollout}"
+      --custom-reward-post-process-path "${REWARD_POST_PROCESS:-slime_ext.hooks.reward.post_process_rewards}"
       # The plugin's own settings (the YAML under one key, openclaw_rl: see openclaw_write_config).
       --custom-config-path "${OPENCLAW_CONFIG}"
       --disable-rollout-global-dataset

@@ -270,6 +270,31 @@ def test_settings_that_cannot_work_are_refused_before_anything_starts(tmp_path, 
     assert "ray job submit" not in r.stdout
 
 
+def test_hooks_settings_and_pythonpath_of_ones_own_reach_the_job(tmp_path):
+    """GENERATE_FUNCTION replaces the generate hook, OPENCLAW_RL_SETTINGS goes into the plugin config for the
+    rollout workers (and to the exporter), and the caller's PYTHONPATH is appended to the job's."""
+    mine = tmp_path / "mine-rl"
+    shutil.copytree(ROOT / "examples" / "echo_setting", mine, ignore=shutil.ignore_patterns("__pycache__"))
+    script = tmp_path / "echo_rl.sh"
+    script.write_text(SCRIPTS["terminal"].read_text().replace(
+        '"$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)/../scripts/slime_agents.sh"',
+        shlex.quote(str(AGENTS))).replace("agent_settings terminal 8", "agent_settings echo 2"))
+    env = _dry_env(tmp_path, OPENCLAW_RL_SETTINGS=str(mine), GENERATE_FUNCTION="my_hooks.generate",
+                   PYTHONPATH=str(tmp_path / "hooks"), ROLLOUT_BATCH_SIZE="2")
+    r = subprocess.run([shutil.which("bash") or "/bin/bash", str(script)], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    words = _submit_words(r.stdout)
+    assert _flag(words, "--custom-generate-function-path") == "my_hooks.generate"
+    runtime_env = json.loads(next(w for w in words if w.startswith("--runtime-env-json=")).split("=", 1)[1])
+    assert runtime_env["env_vars"]["PYTHONPATH"].split(":")[-1] == str(tmp_path / "hooks")
+    data = yaml.safe_load(Path(_flag(words, "--custom-config-path")).read_text())
+    assert data["openclaw_rl_env"]["setting"] == "echo" and data["openclaw_rl_env"]["setting_paths"] == str(mine)
+    args = SimpleNamespace(**data)
+    assert EnvSettings.from_args(args).setting_paths == (str(mine),)
+    assert [row["label"] for row in _rows(Path(env["RUN_DIR"]) / "echo-train.jsonl")] == ["echo-apple", "echo-river"]
+
+
 @pytest.mark.parametrize("script", SEED_SCRIPTS)
 def test_the_seeds_commands_run_from_a_slime_checkout_at_dot_slime(script, tmp_path):
     """`cd slime && DRY_RUN=1 bash ../<script>`: Slime found in the current directory (no SLIME_DIR), the

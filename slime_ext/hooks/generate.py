@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 from typing import Any
 
 from slime_ext.types import Sample
@@ -56,8 +57,9 @@ class EnvSettings:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"--custom-config-path ({SETTINGS_KEY}:): unknown keys {unknown}; known: {sorted(known)}")
-        paths = data.get("setting_paths") or ()
-        out = cls(**{**data, "setting_paths": (paths,) if isinstance(paths, str) else tuple(paths)})
+        paths = data.get("setting_paths") or ()  # a list, or one string of paths separated by os.pathsep
+        paths = [p for p in paths.split(os.pathsep) if p.strip()] if isinstance(paths, str) else paths
+        out = cls(**{**data, "setting_paths": tuple(paths)})
         if out.samples not in ("episode", "step") or out.max_turns < 1:
             raise ValueError(f"{SETTINGS_KEY}: samples must be episode or step and max_turns >= 1, got {out}")
         return out
