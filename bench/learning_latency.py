@@ -12,7 +12,8 @@ Real servers in subprocesses, on one run directory, heuristic judge:
      in /healthz), i.e. while the trainer is busy;
   3. feedback -> served: with the backlog drained, ``--cycles`` times send one batch of feedback
      conversations and time from sending the last feedback message to /healthz reporting the
-     next policy version (the feedback's own answer, judge, train step, checkpoint, swap);
+     next policy version (the feedback's own answer, judge, train step, canary, checkpoint, swap), or
+     to the canary refusing that version (then the previous one keeps serving; counted apart);
   4. idle: the same probes on the same server, the trainer idle.
 Train-step times come from the trainer's scalars (``scalars/scalars.csv``), swap times from the
 server log. Prints Markdown tables and writes ``bench/results/learning_latency.json``. Nothing is
@@ -79,6 +80,16 @@ def parse_args(argv=None):
 async def health(session, base):
     async with session.get(base + "/healthz") as r:
         return await r.json()
+
+
+def canary_checks(h: dict) -> int:
+    """Trained versions the canary has decided on (served or refused), from ``/healthz``."""
+    return (h.get("training") or {}).get("canary", {}).get("checks", 0)
+
+
+def canary_last(h: dict) -> dict:
+    """The canary's last decision (``accepted``, ``reasons``), from ``/healthz``."""
+    return (h.get("training") or {}).get("canary", {}).get("last", {})
 
 
 async def probe(session, srv, i, max_tokens):
@@ -169,7 +180,7 @@ async def run(args):
                     await asyncio.sleep(0.1)
                     h = await health(session, srv.base)
                 short = args.batch_size - h["waiting_to_train"]  # conversations that complete one batch
-                version = h["policy_version"]
+                version, checks = h["policy_version"], canary_checks(h)
                 for k in range(short):
                     t_feedback = await conversation(session, srv, 50_000 + 100 * c + k, args.max_tokens, bad_of(args))
                 judged_at = None
@@ -179,7 +190,11 @@ async def run(args):
                     if judged_at is None and (h["waiting_to_train"] >= args.batch_size or h["policy_version"] > version):
                         judged_at = now
                     if h["policy_version"] > version:
-                        cycles.append({"feedback_to_served_s": now, "judged_s": judged_at})
+                        cycles.append({"feedback_to_served_s": now, "judged_s": judged_at, "refused": False})
+                        break
+                    if canary_checks(h) > checks and not canary_last(h).get("accepted", True):
+                        # the canary refused the new version: the previous one keeps serving
+                        cycles.append({"feedback_to_served_s": now, "judged_s": judged_at, "refused": True})
                         break
                     if now > 600:
                         raise RuntimeError("no new version 10 min after feedback")
@@ -218,8 +233,12 @@ def report(r) -> str:
             f"{r['versions_during_training_probes']} versions were published during the training probes.", ""]
     rows = [[name, r[key]["n"], r[key]["p50"], r[key]["max"]] for name, key in
             (("train step", "train_step_s"), ("weight swap (load, merge, install)", "swap_s"),
-             ("decoding paused by a swap", "swap_pause_s"), ("feedback -> served version", "feedback_to_served_s"))]
+             ("decoding paused by a swap", "swap_pause_s"),
+             ("feedback -> served version (or the canary's refusal)", "feedback_to_served_s"))]
+    refused = sum(c.get("refused", False) for c in r["cycles"])
     text += [md_table(["", "n", "p50 (s)", "max (s)"], rows), "",
+             f"{refused} of {len(r['cycles'])} feedback cycles ended in a canary refusal (the previous version kept "
+             f"serving); the others in a served version.", "",
              f"Server started in {r['server_startup_s']:.1f} s; load average {tuple(round(x, 2) for x in r['env']['loadavg'])} "
              f"at start, {tuple(round(x, 2) for x in r['env']['loadavg_end'])} at end, {r['env']['cpu_count']} CPUs."]
     return "\n".join(text)
