@@ -82,6 +82,33 @@ async def health(session, base):
         return await r.json()
 
 
+async def feedback_cycle(session, srv, args, c: int) -> dict:
+    """Send feedback conversations one at a time until a batch waits (a turn the teacher check drops, or one
+    judged 0, does not count, so another is sent), and time from the last one to /healthz reporting the next
+    policy version, or the canary refusing it (the previous version keeps serving)."""
+    h = await health(session, srv.base)
+    while h["policy_version"] < h["trained_turns"] // args.batch_size:  # the last swap is still coming
+        await asyncio.sleep(0.1)
+        h = await health(session, srv.base)
+    version, checks, judged0 = h["policy_version"], canary_checks(h), h["judged_turns"]
+    sent, t_feedback, judged_at, started = 0, None, None, time.perf_counter()
+    while True:
+        h = await health(session, srv.base)
+        now = time.perf_counter() - (t_feedback or started)
+        refused = canary_checks(h) > checks and not canary_last(h).get("accepted", True)
+        if h["policy_version"] > version or refused:
+            return {"feedback_to_served_s": now, "judged_s": judged_at, "refused": h["policy_version"] <= version,
+                    "conversations": sent}
+        if judged_at is None and h["waiting_to_train"] >= args.batch_size:
+            judged_at = now
+        elif judged_at is None and h["judged_turns"] >= judged0 + sent:  # all judged, the batch still short
+            t_feedback = await conversation(session, srv, 50_000 + 100 * c + sent, args.max_tokens, bad_of(args))
+            sent += 1
+        if time.perf_counter() - started > 600:
+            raise RuntimeError(f"no new version 10 min after feedback ({sent} conversations sent)")
+        await asyncio.sleep(0.05)
+
+
 def canary_checks(h: dict) -> int:
     """Trained versions the canary has decided on (served or refused), from ``/healthz``."""
     return (h.get("training") or {}).get("canary", {}).get("checks", 0)
@@ -119,8 +146,7 @@ async def run(args):
     # lift --max-staleness so the trainer takes the backlog (all from version 0) in batches of
     # --batch-size, the steps this measures, not in larger catch-up steps
     common = ["--batch-size", str(args.batch_size), "--lora-rank", str(args.lora_rank), "--threads", threads,
-              "--max-staleness", "1000000",
-              "--status-interval-s", "0", "--log-level", "info"]
+              "--max-staleness", "1000000", "--status-interval-s", "0", "--log-level", "info"]
     out = {"env": env, "model": args.model, "batch_size": args.batch_size, "lora_rank": args.lora_rank,
            "max_tokens": args.max_tokens, "engine_threads": int(threads), "method": args.method,
            "serve_args": args.serve_args}
@@ -173,32 +199,7 @@ async def run(args):
                 if time.time() > deadline:
                     raise RuntimeError("the trainer did not drain its backlog in 15 min")
                 await asyncio.sleep(0.5)
-            cycles = []
-            for c in range(args.cycles):
-                h = await health(session, srv.base)
-                while h["policy_version"] < h["trained_turns"] // args.batch_size:  # the last swap is still coming
-                    await asyncio.sleep(0.1)
-                    h = await health(session, srv.base)
-                short = args.batch_size - h["waiting_to_train"]  # conversations that complete one batch
-                version, checks = h["policy_version"], canary_checks(h)
-                for k in range(short):
-                    t_feedback = await conversation(session, srv, 50_000 + 100 * c + k, args.max_tokens, bad_of(args))
-                judged_at = None
-                while True:
-                    h = await health(session, srv.base)
-                    now = time.perf_counter() - t_feedback
-                    if judged_at is None and (h["waiting_to_train"] >= args.batch_size or h["policy_version"] > version):
-                        judged_at = now
-                    if h["policy_version"] > version:
-                        cycles.append({"feedback_to_served_s": now, "judged_s": judged_at, "refused": False})
-                        break
-                    if canary_checks(h) > checks and not canary_last(h).get("accepted", True):
-                        # the canary refused the new version: the previous one keeps serving
-                        cycles.append({"feedback_to_served_s": now, "judged_s": judged_at, "refused": True})
-                        break
-                    if now > 600:
-                        raise RuntimeError("no new version 10 min after feedback")
-                    await asyncio.sleep(0.05)
+            cycles = [await feedback_cycle(session, srv, args, c) for c in range(args.cycles)]
             print(f"idle: {args.probes} probes...", file=sys.stderr)
             idle = [await probe(session, srv, i, args.max_tokens) for i in range(args.probes)]
         # rows are (version, wall_time, tag, value); with a hint method the recorder's idle trainer
