@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+from types import ModuleType
 from typing import Any
 
 GROUPS = {"judge": "openclaw_rl.judges"}  # kind -> entry-point group
@@ -39,20 +40,26 @@ def split_spec(spec: str) -> tuple[str, str]:
     return module, attr
 
 
+def import_module(name: str, what: str) -> ModuleType:
+    """Import module ``name`` for ``what`` (the words a refusal starts with); PluginError when it is not
+    on the Python path or raises on import (its error, no traceback)."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name and name.startswith(e.name):
+            raise PluginError(f"{what}: no module named {e.name!r} on the Python path (is its folder on "
+                              f"PYTHONPATH, or its package installed?)") from None
+        raise PluginError(f"{what}: importing {name} failed: {type(e).__name__}: {e}") from None
+    except Exception as e:  # user code raising on import: its error, not ours
+        raise PluginError(f"{what}: importing {name} failed: {type(e).__name__}: {e}") from None
+
+
 def load_object(spec: str, kind: str) -> Any:
     """The object ``spec`` names (a spec, or an entry-point name in ``kind``'s group)."""
     if not is_spec(spec):
         return _entry_point(spec, kind)
     module_name, attr = split_spec(spec)
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        if e.name and module_name.startswith(e.name):
-            raise PluginError(f"{kind} {spec!r}: no module named {e.name!r} on the Python path (is its folder on "
-                              f"PYTHONPATH, or its package installed?)") from None
-        raise PluginError(f"{kind} {spec!r}: importing {module_name} failed: {type(e).__name__}: {e}") from None
-    except Exception as e:  # user code raising on import: its error, not ours
-        raise PluginError(f"{kind} {spec!r}: importing {module_name} failed: {type(e).__name__}: {e}") from None
+    obj: Any = import_module(module_name, f"{kind} {spec!r}")
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise PluginError(f"{kind} {spec!r}: {module_name} has no attribute {attr!r}")

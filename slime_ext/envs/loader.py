@@ -30,31 +30,41 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from slime_ext.envs.base import add_finder, registered_settings
-from slime_ext.plugins import PluginError
+from slime_ext.plugins import PluginError, import_module
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: slime_ext/envs/loader.py
 BUILTIN = tuple(ROOT / name for name in ("terminal-rl", "toolcall-rl", "swe-rl", "gui-rl"))
 ENV_VAR = "OPENCLAW_RL_SETTINGS"
 ENTRY_POINTS = "openclaw_rl.settings"
 _loaded: set[str] = set()  # specs (resolved paths or module names) already imported in this process
+_installed_loaded = False  # the built-in folders and the entry-point group were loaded
 
 
 def load_settings(specs: Iterable[str] = ()) -> list[str]:
-    """Load the built-in setting folders, ``specs``, ``$OPENCLAW_RL_SETTINGS`` and installed packages'
-    settings; the setting names that loading them registered (new ones only)."""
+    """Load the built-in setting folders and installed packages' settings (once per process: the registry
+    and the generate hook call this on every lookup that misses, and for every sample), then ``specs`` and
+    ``$OPENCLAW_RL_SETTINGS``; the setting names that loading them registered (new ones only)."""
     before = set(registered_settings())
-    for folder in BUILTIN:
-        if folder.is_dir():
-            load_setting(str(folder))
+    if not _installed_loaded:
+        _load_installed()
     from_env = [s for s in os.environ.get(ENV_VAR, "").split(os.pathsep) if s.strip()]
     for spec in [*specs, *from_env]:
         load_setting(spec)
+    return sorted(set(registered_settings()) - before)
+
+
+def _load_installed() -> None:
+    """The built-in folders and the modules of the entry-point group (one scan of the installed packages)."""
+    global _installed_loaded
+    for folder in BUILTIN:
+        if folder.is_dir():
+            load_setting(str(folder))
     for ep in importlib.metadata.entry_points(group=ENTRY_POINTS):
         module = ep.value.partition(":")[0].strip()  # a module; an attribute after ':' is not needed
         if module not in _loaded:
             _import_module(module, f"the package entry point {ep.name!r} ({ENTRY_POINTS})")
             _loaded.add(module)
-    return sorted(set(registered_settings()) - before)
+    _installed_loaded = True
 
 
 def load_setting(spec: str) -> None:
@@ -108,15 +118,7 @@ def _import_module(name: str, what: str) -> bool:
     """Import module ``name``; False when it already was."""
     if name in sys.modules:
         return False
-    try:
-        importlib.import_module(name)
-    except ModuleNotFoundError as e:
-        if e.name and name.startswith(e.name):
-            raise PluginError(f"{what}: no module named {e.name!r} on the Python path, and no such folder or "
-                              f"file") from None
-        raise PluginError(f"{what}: importing {name} failed: {type(e).__name__}: {e}") from None
-    except Exception as e:
-        raise PluginError(f"{what}: importing {name} failed: {type(e).__name__}: {e}") from None
+    import_module(name, what)
     return True
 
 
