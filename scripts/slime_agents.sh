@@ -35,6 +35,10 @@
 #                    user started over them (REUSE_RAY=1)
 #   MAX_TURNS        model messages per episode (default: the setting's)
 #   SAMPLES          episode (one sample per episode, the default) or step (one sample per model message)
+#   VISION=1         the setting's images (gui screenshots) go to the model with its observations: HF_CKPT must
+#                    be a vision-language model of the Qwen-VL family (gui-rl/gui_qwen3vl_8b_rl.sh sets it)
+#   MODEL_PROVIDER   module.function: Slime's --custom-model-provider-path, the Megatron model for a checkpoint
+#                    Slime's scripts/models files do not build (Qwen3-VL on Slime v0.3.1: its vision tower)
 #   N_SAMPLES_PER_PROMPT   episodes per task and step, the GRPO group (default 8; at least 2)
 #   ROLLOUT_BATCH_SIZE     tasks per step (default 8; at most the number of train tasks)
 #   NUM_ROLLOUT      training steps (default 200)
@@ -122,6 +126,7 @@ agent_settings() {
       episode | step) ;;
       *) openclaw_die "SAMPLES=${SAMPLES}: expected episode (one training sample per episode) or step (one per model message)" ;;
    esac
+   agent_vision_settings
 
    MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"
    N_SAMPLES_PER_PROMPT="${N_SAMPLES_PER_PROMPT:-8}"
@@ -163,6 +168,25 @@ agent_settings() {
    AGENT_EVAL_DATA="${RUN_DIR}/${AGENT_SETTING}-heldout.jsonl"
    SUBMISSION_ID="openclaw-rl-${AGENT_SETTING}-$(date +%Y%m%d-%H%M%S)-$$"
    openclaw_preflight
+}
+
+# VISION and MODEL_PROVIDER (see the top of this file) into AGENT_VISION (true / false) and MODEL_PROVIDER. Slime
+# v0.3.1 builds a vision-language Megatron model only from its *-vl model files (Qwen3.5); any other vision
+# checkpoint needs a model provider of the user's, so a real run without one is refused here, not mid-job.
+agent_vision_settings() {
+   case "${VISION:-0}" in
+      1 | true | yes | on) AGENT_VISION=true ;;
+      0 | false | no | off | "") AGENT_VISION=false ;;
+      *) openclaw_die "VISION=${VISION}: expected 1 (the setting's images go to a vision-language model) or 0" ;;
+   esac
+   MODEL_PROVIDER="${MODEL_PROVIDER:-}"
+   [[ -z $MODEL_PROVIDER || $MODEL_PROVIDER =~ ^[A-Za-z_][A-Za-z0-9_.]*\.[A-Za-z_][A-Za-z0-9_]*$ ]] ||
+      openclaw_die "MODEL_PROVIDER=${MODEL_PROVIDER}: expected module.function (Slime's --custom-model-provider-path)"
+   if [[ $AGENT_VISION == true && $SLIME_MODEL != *-vl && -z $MODEL_PROVIDER ]]; then
+      local why="VISION=1 trains a vision-language model, but Slime's scripts/models/${SLIME_MODEL}.sh builds a text-only Megatron model: set MODEL_PROVIDER=module.function (a Megatron model provider for ${HF_CKPT##*/} with its vision tower, e.g. Qwen3-VL from Megatron-Bridge; Slime loads it with --custom-model-provider-path), or use a vision model Slime builds itself (SLIME_MODEL=qwen3.5-35B-A3B-vl HF_CKPT=<Qwen3.5-35B-A3B>)"
+      openclaw_is_dry_run || openclaw_die "$why"
+      openclaw_note "note: ${why}"
+   fi
 }
 
 # ------------------------------------------------------------------------------------------ the datasets
@@ -218,6 +242,7 @@ agent_build_args() {
    # shellcheck source=/dev/null
    source "${SLIME_DIR}/scripts/models/${SLIME_MODEL}.sh"
    declare -p MODEL_ARGS >/dev/null 2>&1 || openclaw_die "${SLIME_DIR}/scripts/models/${SLIME_MODEL}.sh did not set MODEL_ARGS"
+   [[ -z $MODEL_PROVIDER ]] || MODEL_ARGS+=(--custom-model-provider-path "${MODEL_PROVIDER}")
 
    CKPT_ARGS=(
       --hf-checkpoint "${HF_CKPT}"
@@ -290,6 +315,10 @@ agent_write_config() {
    openclaw_yaml_num context_budget "${CONTEXT_BUDGET}"
    # settings of the user's own (envs/loader.py), loaded by the generate hook on the rollout workers
    [[ -z ${OPENCLAW_RL_SETTINGS:-} ]] || openclaw_yaml_str setting_paths "${OPENCLAW_RL_SETTINGS}"
+   if [[ $AGENT_VISION == true ]]; then # the screenshots go to SGLang and into each sample (chat/vision.py)
+      OPENCLAW_YAML+=("  vision: true")
+      OPENCLAW_YAML_SHOWN+=("  vision: true")
+   fi
    mkdir -p "${RUN_DIR}"
    local tmp="${AGENT_CONFIG}.tmp.$$"
    {

@@ -134,6 +134,8 @@ except Exception:  # Slime is not installed: an identical dataclass with the fie
         rollout_id: int | None = None
         session_id: str | None = None
         remove_sample: bool = False
+        multimodal_inputs: dict[str, Any] | None = None  # raw images ({"images": [PIL images]})
+        multimodal_train_inputs: dict[str, Any] | None = None  # the processor's tensors (pixel_values, ...)
 
 
 try:  # pragma: no cover - only on a machine with Slime

@@ -23,6 +23,11 @@ http_server.py``, ``managers/tokenizer_manager.py``, ``io_struct.py``):
   local engine swaps in that checkpoint), ``GET /model_info``, ``GET /get_model_info``,
   ``GET /v1/models`` (``max_model_len``), ``GET /health``, ``GET /health_generate``.
 - ``--api-key``: every request must carry ``Authorization: Bearer <key>`` (401 otherwise).
+- ``image_data`` (a vision-language model; ``image_processor`` and ``image_token_id`` given): one
+  ``data:image/...;base64,`` URL per run of the image token in ``input_ids``, in order, each run as long
+  as the model's processor makes it for that image (``grid_t * grid_h * grid_w / merge_size**2``);
+  otherwise 400 (SGLang fails such a request). The test model cannot see: it reads the run as tokens.
+  A server without an image processor refuses ``image_data`` (a text model).
 
 Not SGLang: ``refuse_while_paused`` answers 503 to ``/generate`` during a pause (how a router in
 front of paused workers may answer), and ``token_delay_s`` slows decoding so tests can act
@@ -52,7 +57,8 @@ class FakeSGLangServer:
     """``LocalEngine`` behind SGLang's native HTTP API (see the module docstring)."""
 
     def __init__(self, engine, *, model_path: str = "tiny", weight_version: str = "default", api_key: str | None = None,
-                 token_delay_s: float = 0.0, refuse_while_paused: bool = False, context_length: int | None = None) -> None:
+                 token_delay_s: float = 0.0, refuse_while_paused: bool = False, context_length: int | None = None,
+                 image_processor=None, image_token_id: int | None = None) -> None:
         self.engine = engine
         self.context_length = min(context_length or engine.context_length, engine.context_length)
         self.model_path = model_path
@@ -69,6 +75,9 @@ class FakeSGLangServer:
         self._idle.set()
         self.stats = {"generate": 0, "aborted": 0, "refused": 0, "waited_for_pause": 0}
         self.requests: list[dict] = []
+        self.image_processor = image_processor
+        self.image_token_id = image_token_id
+        self.image_sizes: list[list[tuple[int, int]]] = []  # per request with images: each image's (w, h)
         self.runner: web.AppRunner | None = None
         self.url = ""
 
@@ -194,6 +203,8 @@ class FakeSGLangServer:
         error = None
         if not isinstance(ids, list) or not ids:
             error = "input_ids is required (this test server does not tokenize text)"
+        elif body.get("image_data") is not None:
+            error = self._check_images(ids, body["image_data"])
         elif len(ids) >= ctx:
             error = f"The input ({len(ids)} tokens) is longer than the model's context length ({ctx} tokens)."
         elif max_new + len(ids) >= ctx:
@@ -212,6 +223,41 @@ class FakeSGLangServer:
             out = await self._score_only(body, ids, rid)
             return await _finish(resp, out) if stream else web.json_response(out)
         return await self._decode(resp, body, ids, sp, max_new, rid)
+
+    def _check_images(self, ids: list[int], image_data) -> str | None:
+        """What is wrong with a request's images (None: nothing); see the module docstring."""
+        import base64
+        import io
+
+        from PIL import Image
+
+        if self.image_processor is None:
+            return "this model takes no images (image_data was sent to a text-only model)"
+        images = []
+        for i, url in enumerate(image_data if isinstance(image_data, list) else [image_data]):
+            head, _, data = str(url).partition(",")
+            try:
+                assert head.startswith("data:image/") and head.endswith(";base64")
+                images.append(Image.open(io.BytesIO(base64.b64decode(data, validate=True))).convert("RGB"))
+            except Exception:
+                return f"image_data[{i}] is not a base64 data URL of an image"
+        runs, last = [], None
+        for j, t in enumerate(ids):
+            if t == self.image_token_id:
+                if last == j - 1:
+                    runs[-1] += 1
+                else:
+                    runs.append(1)
+                last = j
+        if len(runs) != len(images):
+            return f"input_ids hold {len(runs)} image placeholder run(s) for {len(images)} image(s)"
+        merge = self.image_processor.merge_size ** 2
+        for i, (image, run) in enumerate(zip(images, runs)):
+            want = int(self.image_processor(images=[image], return_tensors="pt")["image_grid_thw"][0].prod()) // merge
+            if run != want:
+                return f"image {i} ({image.width}x{image.height}) needs {want} placeholder tokens, input_ids hold {run}"
+        self.image_sizes.append([im.size for im in images])
+        return None
 
     async def _score_only(self, body: dict, ids: list[int], rid: str) -> dict:
         meta = {"id": rid, "finish_reason": {"type": "length", "length": 0}, "prompt_tokens": len(ids),

@@ -39,6 +39,7 @@ SEED_SCRIPTS = {
     "toolcall-rl/retool_qwen3_4b_rl.sh": ("qwen3-4B", "/root/Qwen3-4B", 1, False),
     "swe-rl/run_swe_rl_32b_remote_8nodes.sh": ("qwen3-32B", "/root/Qwen3-32B", 8, False),
     "swe-rl/run_swe_rl_4b_4nodes_colocate.sh": ("qwen3-4B", "/root/Qwen3-4B", 4, True),
+    "gui-rl/gui_qwen3vl_8b_rl.sh": ("qwen3-8B", "/root/Qwen3-VL-8B-Instruct", 1, False),
 }
 LOCAL = {s: ROOT / f"{s}-rl" / "run_local.sh" for s in SETTINGS}
 DEFAULT_MAX_TURNS = {"terminal": 8, "toolcall": 6, "swe": 12, "gui": 10}
@@ -315,6 +316,38 @@ def test_the_seeds_commands_run_from_a_slime_checkout_at_dot_slime(script, tmp_p
         assert _flag(words, "--actor-num-gpus-per-node") == "8"
     else:  # half of each node's GPUs serve rollouts
         assert "--colocate" not in words and _flag(words, "--rollout-num-gpus") == str(4 * nodes)
+
+
+def _run_script(script: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([shutil.which("bash") or "/bin/bash", str(ROOT / script)], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_the_vision_launcher_shows_the_model_screenshots_and_needs_a_vision_model(tmp_path):
+    """gui_qwen3vl_8b_rl.sh: vision on in the plugin config (the generate hook reads it), Qwen3-VL's rope theta,
+    MODEL_PROVIDER as Slime's model provider; a real run without a Megatron vision model is refused up front."""
+    def dry(name: str, **extra: str) -> dict[str, str]:
+        (tmp_path / name).mkdir()
+        return {**_dry_env(tmp_path / name), **extra}
+
+    r = _run_script("gui-rl/gui_qwen3vl_8b_rl.sh", dry("vl", MODEL_PROVIDER="my_models.qwen3_vl"))
+    assert r.returncode == 0, r.stderr
+    words = _submit_words(r.stdout)
+    assert _flag(words, "--rotary-base") == "5000000" and _flag(words, "--hf-checkpoint") == "/root/Qwen3-VL-8B-Instruct"
+    assert _flag(words, "--custom-model-provider-path") == "my_models.qwen3_vl"
+    data = yaml.safe_load(Path(_flag(words, "--custom-config-path")).read_text())
+    assert EnvSettings.from_args(SimpleNamespace(**data)).vision is True and data["openclaw_rl_env"]["setting"] == "gui"
+    text = _run_script("gui-rl/run_qwen3_8b_gui_rl.sh", dry("text"))
+    assert text.returncode == 0, text.stderr
+    plain = yaml.safe_load(Path(_flag(_submit_words(text.stdout), "--custom-config-path")).read_text())
+    assert "vision" not in plain["openclaw_rl_env"] and "--custom-model-provider-path" not in text.stdout
+    refused = _run_script("gui-rl/gui_qwen3vl_8b_rl.sh", dry("real", DRY_RUN="0"))
+    assert refused.returncode != 0 and "builds a text-only Megatron model: set MODEL_PROVIDER" in refused.stderr
+    assert "ray job submit" not in refused.stdout
+    for i, (extra, message) in enumerate((({"VISION": "maybe"}, "VISION=maybe"),
+                                          ({"MODEL_PROVIDER": "x y"}, "expected module.function"))):
+        bad = _run_script("gui-rl/run_qwen3_8b_gui_rl.sh", dry(f"bad{i}", **extra))
+        assert bad.returncode != 0 and message in bad.stderr, bad.stderr
 
 
 def test_a_setting_the_exporter_does_not_know_fails_clearly(tmp_path):

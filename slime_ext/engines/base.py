@@ -9,6 +9,8 @@ Invariants every engine keeps:
   the swap carry the old version, tokens after it the new one.
 - ``score(ids, start)`` returns teacher-forced log-probs (temperature 1) of ``ids[start:]``.
 - A ``frozen_base`` request is computed with the base weights, whatever adapter is being served.
+- ``generate``'s ``images`` (PNG bytes) are the images whose placeholder runs the prompt holds, in order
+  (``slime_ext.chat.vision``); an engine that cannot see images (the embedded one) refuses a request with any.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ class Engine(Protocol):
     @property
     def context_length(self) -> int: ...
 
-    def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> AsyncIterator[TokenOut]: ...
+    def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams,
+                 images: Sequence[bytes] = ()) -> AsyncIterator[TokenOut]: ...
 
     async def score(self, ids: Sequence[int], start: int) -> list[float]: ...
 

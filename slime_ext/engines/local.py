@@ -157,10 +157,14 @@ class LocalEngine:
     def active_requests(self) -> int:
         return len(self._rows) + len(self._waiting)
 
-    async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> AsyncIterator[TokenOut]:
+    async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams,
+                       images: Sequence[bytes] = ()) -> AsyncIterator[TokenOut]:
         """Stream sampled tokens; closing the iterator early cancels the request."""
         if not prompt_ids:
             raise EngineError("prompt is empty")
+        if images:
+            raise EngineError(f"the embedded engine is text-only: it cannot take the request's {len(images)} image(s); "
+                              "a vision-language model runs on SGLang (gui-rl/gui_qwen3vl_8b_rl.sh)")
         if len(prompt_ids) >= self._context_length:
             raise EngineError(f"prompt has {len(prompt_ids)} tokens; the context is {self._context_length}")
         if sampling.frozen_base and self._base_replaced:

@@ -18,6 +18,9 @@ server, judges and hooks talk to it. What it uses of SGLang (all in SGLang's ``h
 - ``GET /model_info`` (``/get_model_info`` on older servers) for ``weight_version``, and
   ``GET /v1/models`` for ``max_model_len`` (the context length).
 - ``POST /abort_request {"rid": ...}`` when a caller stops reading a stream early.
+- Images (a vision-language model): ``image_data``, one ``data:image/png;base64,...`` URL per image
+  whose placeholder run ``input_ids`` holds, in order, as Slime's multi-turn VLM rollout sends them
+  (``examples/geo3k_vlm_multi_turn/rollout.py``; the runs are the processor's expansion, ``chat/vision.py``).
 
 Weight syncs. Slime calls ``/pause_generation`` (mode ``abort``, the default) before a weight
 update and ``/continue_generation`` after it. Pausing aborts every running request (it finishes
@@ -38,6 +41,7 @@ requests: the ``base.Engine`` invariant. Unless the server runs with
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import re
@@ -154,8 +158,10 @@ class SGLangEngine:
                                   "pass context_length= explicitly") from None
             self._context_length = ctx - 1
 
-    async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams) -> AsyncIterator[TokenOut]:
-        """Stream sampled tokens; closing the iterator early aborts the request in SGLang."""
+    async def generate(self, prompt_ids: Sequence[int], sampling: SamplingParams,
+                       images: Sequence[bytes] = ()) -> AsyncIterator[TokenOut]:
+        """Stream sampled tokens; closing the iterator early aborts the request in SGLang. ``images`` go as
+        ``image_data`` (data URLs, in the order of their placeholder runs in ``prompt_ids``)."""
         if not prompt_ids:
             raise EngineError("prompt is empty")
         if sampling.frozen_base:
@@ -168,6 +174,7 @@ class SGLangEngine:
                 raise EngineError(f"prompt has {len(prompt)} tokens; the context is {self._context_length}")
             budget = min(budget, self._context_length - len(prompt))
         stops = set(sampling.stop_token_ids)
+        image_data = [image_data_url(im) for im in images]
         produced: list[int] = []
         deadline: float | None = None  # set while waiting out a pause (abort or refusal)
         first_why = ""
@@ -178,6 +185,7 @@ class SGLangEngine:
                 "sampling_params": self._sampling_params(sampling, budget - len(produced)),
                 "return_logprob": True,
                 "stream": True,
+                **({"image_data": image_data} if image_data else {}),
             }
             before = len(produced)
             stream = self._stream(payload, deadline)
@@ -458,6 +466,12 @@ class SGLangEngine:
                 else:
                     self._abort_later(rid)
                     resp.close()
+
+
+def image_data_url(png: bytes) -> str:
+    """An image as SGLang's ``image_data`` takes it (and Slime sends it): a base64 ``data:`` URL."""
+    kind = "jpeg" if png[:3] == b"\xff\xd8\xff" else "png"
+    return f"data:image/{kind};base64," + base64.b64encode(png).decode("ascii")
 
 
 def _new_items(meta: dict[str, Any], seen: int) -> list:

@@ -11,6 +11,12 @@ The episode ends when the env says done, after ``max_turns`` steps, or when the 
 in ``context_budget`` tokens (then ``reason`` says so). Its reward is the env's outcome (the task's own
 check, in [-1, 1]), optionally combined with step-wise judge scores (``combine_rewards``).
 
+Images. A setting that shows images (gui with ``vision``: ``observation_images``) puts them before the text of
+the message they go with; the renderer must then be a vision one (``slime_ext.chat.vision.VisionRenderer``),
+whose ids hold each image's placeholder run, and the engine gets every image of the sequence so far with
+each request (SGLang's ``image_data``; the embedded engine is text-only and refuses them). ``Episode.images``
+keeps them in order, ``StepRecord.images`` how many came before the step's tokens.
+
 Episodes become Slime ``Sample``s: one per episode (``episode_sample``; the default) or one per step
 (``step_samples``: each step's model tokens as the response, everything before them as the prompt; the
 siblings share ``rollout_id``). ``run_episodes`` runs many concurrently with a bound; env steps run in
@@ -25,7 +31,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from slime_ext.engines.base import Engine, SamplingParams
-from slime_ext.envs.base import Env, EnvTask
+from slime_ext.envs.base import Env, EnvTask, observation_images
 from slime_ext.types import Sample
 
 # (first message, action text, next-state text, next-state role) -> score in [-1, 1]
@@ -40,15 +46,25 @@ class ChatSegments:
     model sampled its end-of-turn token; otherwise the template's end token is added too), the
     observation message, and the next assistant turn's generation prompt. Cut out of a rendered dummy
     conversation, so it relies on the template rendering a conversation as the concatenation
-    of its messages (true of ChatML-style templates; checked, with a clear error otherwise)."""
+    of its messages (true of ChatML-style templates; checked, with a clear error otherwise). ``images`` (PNG
+    bytes) go before a message's text, as image parts; only a vision renderer takes them."""
 
     def __init__(self, renderer: Any, tools: list[dict] | None = None):
         self.renderer = renderer
         self.tools = tools or []
         self._closing_cache: tuple[list[int], int, list[int]] | None = None
 
-    def prompt_ids(self, first_message: str) -> list[int]:
-        return self.renderer.render([{"role": "user", "content": first_message}], self.tools)
+    def _message(self, role: str, text: str, images: Sequence[bytes]) -> dict:
+        if not images:
+            return {"role": role, "content": text}
+        if not getattr(self.renderer, "vision", False):
+            raise ValueError(f"the environment shows {len(images)} image(s) but this model's renderer is text-only: "
+                             "images need a vision-language model (slime_ext.chat.vision.VisionRenderer)")
+        return {"role": role, "content": [*({"type": "image", "image": im} for im in images),
+                                          {"type": "text", "text": text}]}
+
+    def prompt_ids(self, first_message: str, images: Sequence[bytes] = ()) -> list[int]:
+        return self.renderer.render([self._message("user", first_message, images)], self.tools)
 
     def _render(self, extra: list[dict], add_generation_prompt: bool) -> list[int]:
         base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
@@ -65,9 +81,9 @@ class ChatSegments:
             self._closing_cache = (head, head[end], head[end + 1:])
         return self._closing_cache
 
-    def observation_ids(self, text: str, role: str, ended: bool) -> list[int]:
+    def observation_ids(self, text: str, role: str, ended: bool, images: Sequence[bytes] = ()) -> list[int]:
         head, end_token, closing = self._closing()
-        full = self._render([{"role": role, "content": text}], add_generation_prompt=True)
+        full = self._render([self._message(role, text, images)], add_generation_prompt=True)
         if full[: len(head)] != head:
             raise ValueError("this chat template does not render a conversation as the concatenation of its "
                              "messages; the agent loop cannot place observation tokens after sampled ones")
@@ -89,6 +105,7 @@ class StepRecord:
     end: int
     info: dict[str, Any]
     score: float | None = None  # the step-wise judge's score, when there is a judge
+    images: int = 0  # images in the sequence before the step's model tokens
 
 
 @dataclasses.dataclass
@@ -99,6 +116,7 @@ class Episode:
     loss_mask: list[int] = dataclasses.field(default_factory=list)
     logprobs: list[float] = dataclasses.field(default_factory=list)
     versions: list[int] = dataclasses.field(default_factory=list)  # policy version per model token
+    images: list[bytes] = dataclasses.field(default_factory=list)  # every image shown, in sequence order
     steps: list[StepRecord] = dataclasses.field(default_factory=list)
     outcome: float = 0.0
     reward: float = 0.0
@@ -122,7 +140,8 @@ async def run_episode(engine: Engine, tokenizer: Any, segments: ChatSegments, en
     budget = context_budget or engine.context_length
     stops = set(sampling.stop_token_ids)
     first = await asyncio.to_thread(env.reset, task)
-    ep = Episode(task=task, prompt_ids=segments.prompt_ids(first))
+    shown = observation_images(env)
+    ep = Episode(task=task, prompt_ids=segments.prompt_ids(first, shown), images=shown)
     try:
         for _ in range(max_turns):
             room = budget - len(ep.prompt_ids) - len(ep.response_ids)
@@ -131,7 +150,7 @@ async def run_episode(engine: Engine, tokenizer: Any, segments: ChatSegments, en
                 break
             params = dataclasses.replace(sampling, max_new_tokens=min(sampling.max_new_tokens, room))
             start = len(ep.response_ids)
-            async for tok in engine.generate(ep.prompt_ids + ep.response_ids, params):
+            async for tok in engine.generate(ep.prompt_ids + ep.response_ids, params, images=tuple(ep.images)):
                 ep.response_ids.append(tok.token_id)
                 ep.logprobs.append(tok.logprob)
                 ep.versions.append(tok.policy_version)
@@ -141,7 +160,7 @@ async def run_episode(engine: Engine, tokenizer: Any, segments: ChatSegments, en
             action = tokenizer.decode(new[:-1] if ended else new, skip_special_tokens=True)
             result = await asyncio.to_thread(env.step, action)
             record = StepRecord(action, result.observation, env.next_state_text(result), start,
-                                len(ep.response_ids), dict(result.info))
+                                len(ep.response_ids), dict(result.info), images=len(ep.images))
             if judge is not None:
                 record.score = await judge(first, action, record.next_state, env.observation_role)
             ep.steps.append(record)
@@ -149,10 +168,12 @@ async def run_episode(engine: Engine, tokenizer: Any, segments: ChatSegments, en
                 ep.reason = str(result.info.get("reason", "done"))
                 ep.truncated = ep.reason == "max_turns"  # the env's own turn limit: cut short, like ours
                 break
-            obs = segments.observation_ids(result.observation, env.observation_role, ended)
+            shown = observation_images(env)
+            obs = segments.observation_ids(result.observation, env.observation_role, ended, shown)
             if len(ep.prompt_ids) + len(ep.response_ids) + len(obs) >= budget:
                 ep.reason, ep.truncated = "context", True
                 break
+            ep.images += shown
             ep.response_ids += obs
             ep.loss_mask += [0] * len(obs)
             ep.logprobs += [0.0] * len(obs)

@@ -27,6 +27,9 @@ Invariants every setting keeps:
   to the model, and whether an observation is a ``"user"`` message or a ``"tool"`` result.
 - every ``make_env_fn`` accepts the keyword ``max_turns`` (and may accept ``run_dir``); ``close`` releases what
   the episode holds and may be called more than once; envs are context managers.
+- a setting that can show its state as images (for a vision-language model) accepts ``vision=True`` and has
+  ``observation_images()``: the PNGs that go with the message ``reset`` or ``step`` returned last (before its
+  text); the others are text only (``observation_images(env)`` is then empty).
 """
 
 from __future__ import annotations
@@ -254,14 +257,28 @@ def get_task(setting: str, task_id: str) -> EnvTask:
                      f"(`openclaw-rl env list --setting {setting}` lists all {len(ids)})")
 
 
-def make_env(setting: str, *, run_dir: Any = None, **kwargs: Any) -> Env:
+def make_env(setting: str, *, run_dir: Any = None, vision: bool = False, **kwargs: Any) -> Env:
     """A new environment of `setting`; `kwargs` go to its constructor (every setting accepts max_turns).
     `run_dir` (where a setting may keep debugging artifacts, e.g. screenshots) goes only to a setting whose
-    constructor declares it; the others have nothing to keep."""
+    constructor declares it; the others have nothing to keep. `vision` (images with the observations, for a
+    vision-language model) needs a setting that declares it; ValueError otherwise."""
     make = _setting(setting).make_env
-    if run_dir is not None and "run_dir" in inspect.signature(make).parameters:
+    params = inspect.signature(make).parameters
+    if run_dir is not None and "run_dir" in params:
         kwargs["run_dir"] = run_dir
+    if vision:
+        if "vision" not in params:
+            raise ValueError(f"setting {setting!r} shows no images: its environment has no vision option "
+                             "(only text observations)")
+        kwargs["vision"] = True
     return make(**kwargs)
+
+
+def observation_images(env: Env) -> list[bytes]:
+    """The images (PNG bytes) that go with the message ``env.reset`` or ``env.step`` returned last: a setting
+    that can show them has ``observation_images()`` (gui with vision); for the others, none."""
+    images = getattr(env, "observation_images", None)
+    return list(images()) if callable(images) else []
 
 
 def play_episode(env: Env, task: EnvTask, actions: Iterable[str],

@@ -29,7 +29,6 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from pathlib import Path
 from typing import Any
 
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
@@ -465,11 +464,9 @@ class Page:
         self.send("Input.dispatchMouseEvent", {"type": "mouseWheel", "x": WINDOW[0] / 2, "y": WINDOW[1] / 2,
                                                "deltaX": 0, "deltaY": dy})
 
-    def screenshot(self, path: Path) -> Path:
-        data = self.send("Page.captureScreenshot", {"format": "png"})["data"]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(base64.b64decode(data))
-        return path
+    def screenshot_png(self) -> bytes:
+        """The visible part of the page (the window, ``WINDOW`` pixels) as PNG bytes."""
+        return base64.b64decode(self.send("Page.captureScreenshot", {"format": "png"})["data"])
 
     def close(self) -> None:
         """Close the tab and throw its browser context away (idempotent; quiet when the browser is gone)."""

@@ -21,7 +21,11 @@ Settings (the ``openclaw_rl_env:`` mapping of ``--custom-config-path``): ``setti
 sample), ``max_turns`` (8), ``samples`` (episode | step), ``context_budget`` (tokens; default the engine's),
 ``run_dir`` (where a setting keeps debugging artifacts on the rollout node: gui screenshots; default none),
 ``setting_paths`` (settings of the user's own, loaded first: folders, ``.py`` files or modules, as
-``openclaw-rl env --setting-path``; ``$OPENCLAW_RL_SETTINGS`` and installed packages' are loaded too).
+``openclaw-rl env --setting-path``; ``$OPENCLAW_RL_SETTINGS`` and installed packages' are loaded too),
+``vision`` (false; true: the setting's images, gui screenshots, go to the model with its observations: the
+checkpoint must be a Qwen-VL family model, ``slime_ext.chat.vision``; SGLang gets them as ``image_data`` and
+each sample carries Slime's ``multimodal_inputs`` and ``multimodal_train_inputs`` for the images its tokens
+show).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class EnvSettings:
     context_budget: int | None = None
     run_dir: str | None = None
     setting_paths: tuple[str, ...] = ()  # settings of the user's own to load first (envs/loader.py)
+    vision: bool = False  # the setting's images go to a vision-language model (gui_qwen3vl_8b_rl.sh)
 
     @classmethod
     def from_args(cls, args: Any) -> EnvSettings:
@@ -60,8 +65,9 @@ class EnvSettings:
         paths = data.get("setting_paths") or ()  # a list, or one string of paths separated by os.pathsep
         paths = [p for p in paths.split(os.pathsep) if p.strip()] if isinstance(paths, str) else paths
         out = cls(**{**data, "setting_paths": tuple(paths)})
-        if out.samples not in ("episode", "step") or out.max_turns < 1:
-            raise ValueError(f"{SETTINGS_KEY}: samples must be episode or step and max_turns >= 1, got {out}")
+        if out.samples not in ("episode", "step") or out.max_turns < 1 or not isinstance(out.vision, bool):
+            raise ValueError(f"{SETTINGS_KEY}: samples must be episode or step, max_turns >= 1 and vision true or "
+                             f"false, got {out}")
         return out
 
 
@@ -77,16 +83,19 @@ def task_of(sample: Sample, settings: EnvSettings) -> tuple[str, str]:
 
 
 def sampling_from_slime(params: dict[str, Any], stop_ids: tuple[int, ...]):
-    """Our ``SamplingParams`` from Slime's sampling_params dict (temperature, top_p, max_new_tokens, stops)."""
+    """Our ``SamplingParams`` from Slime's sampling_params dict (temperature, top_p, max_new_tokens, stops, and
+    ``sampling_seed``, which Slime sets for deterministic rollouts)."""
     from slime_ext.engines.base import SamplingParams
 
     stops = tuple(sorted(set(stop_ids) | set(params.get("stop_token_ids") or ())))
+    seed = params.get("sampling_seed")
     return SamplingParams(temperature=float(params.get("temperature", 1.0)), top_p=float(params.get("top_p", 1.0)),
-                          max_new_tokens=int(params.get("max_new_tokens", 256)), stop_token_ids=stops)
+                          max_new_tokens=int(params.get("max_new_tokens", 256)), stop_token_ids=stops,
+                          seed=None if seed is None else int(seed))
 
 
 _CLIENTS: dict[tuple[int, str], Any] = {}  # (event loop, router url) -> SGLangEngine
-_TOKENIZERS: dict[str, Any] = {}
+_RENDERERS: dict[tuple[str, bool], Any] = {}  # (checkpoint, vision) -> its prompt renderer
 
 
 async def _engine(url: str):
@@ -98,17 +107,25 @@ async def _engine(url: str):
     return _CLIENTS[key]
 
 
-def _tokenizer(path: str):
-    if path not in _TOKENIZERS:
-        from transformers import AutoTokenizer
+def _renderer(path: str, vision: bool):
+    """The checkpoint's prompt renderer: its chat template over text, or with images (``VisionRenderer``)."""
+    if (path, vision) not in _RENDERERS:
+        if vision:
+            from slime_ext.chat.vision import VisionRenderer
 
-        _TOKENIZERS[path] = AutoTokenizer.from_pretrained(path)
-    return _TOKENIZERS[path]
+            _RENDERERS[path, vision] = VisionRenderer.from_pretrained(path)
+        else:
+            from transformers import AutoTokenizer
+
+            from slime_ext.chat.prompt import PromptRenderer
+
+            _RENDERERS[path, vision] = PromptRenderer(AutoTokenizer.from_pretrained(path))
+    return _RENDERERS[path, vision]
 
 
 async def generate(args: Any, sample: Sample, sampling_params: dict[str, Any],
                    evaluation: bool = False) -> Sample | list[Sample]:
-    from slime_ext.chat.prompt import PromptRenderer, stop_token_ids
+    from slime_ext.chat.prompt import stop_token_ids
     from slime_ext.engines.base import EngineError
     from slime_ext.envs import get_task, make_env
     from slime_ext.envs.agent_loop import ChatSegments, episode_sample, run_episode, step_samples
@@ -123,11 +140,12 @@ async def generate(args: Any, sample: Sample, sampling_params: dict[str, Any],
     except ValueError as e:  # a bad dataset row: say so, drop it, keep the rollout going
         log.error("sample %s: %s", sample.index, e)
         return _failed(sample, str(e))
-    tok = _tokenizer(args.hf_checkpoint)
+    renderer = _renderer(args.hf_checkpoint, settings.vision)
+    tok = renderer.tokenizer
     engine = await _engine(f"http://{args.sglang_router_ip}:{args.sglang_router_port}")
-    env = make_env(setting, max_turns=settings.max_turns, run_dir=settings.run_dir)
+    env = make_env(setting, max_turns=settings.max_turns, run_dir=settings.run_dir, vision=settings.vision)
     try:
-        ep = await run_episode(engine, tok, ChatSegments(PromptRenderer(tok), env.tools), env, task,
+        ep = await run_episode(engine, tok, ChatSegments(renderer, env.tools), env, task,
                                sampling_from_slime(sampling_params, stop_token_ids(tok)),
                                max_turns=settings.max_turns, context_budget=settings.context_budget)
     except EngineError as e:
@@ -138,9 +156,10 @@ async def generate(args: Any, sample: Sample, sampling_params: dict[str, Any],
         return _failed(sample, str(e))
     if settings.samples == "step":
         siblings = step_samples(ep, rollout_id=sample.index)
-        for s in siblings:
+        for s, step in zip(siblings, ep.steps):
             s.group_index, s.index, s.prompt = sample.group_index, sample.index, sample.prompt
             s.response = tok.decode(s.tokens[-s.response_length:], skip_special_tokens=True)
+            _attach_images(s, ep.images[:step.images], renderer)
         return siblings
     filled = episode_sample(ep, rollout_id=sample.index)
     for name in ("tokens", "response_length", "loss_mask", "rollout_log_probs", "reward", "status", "label",
@@ -148,7 +167,18 @@ async def generate(args: Any, sample: Sample, sampling_params: dict[str, Any],
         setattr(sample, name, getattr(filled, name))
     sample.metadata = {**(sample.metadata or {}), **filled.metadata}
     sample.response = tok.decode(ep.response_ids, skip_special_tokens=False)
+    _attach_images(sample, ep.images, renderer)
     return sample
+
+
+def _attach_images(sample: Sample, images: list[bytes], renderer: Any) -> None:
+    """Slime's multimodal fields for a sample whose tokens hold ``images``' placeholder runs: the images
+    (``multimodal_inputs``) and the vision tower's inputs for them (``multimodal_train_inputs``)."""
+    if images:
+        from slime_ext.chat.vision import load_images
+
+        sample.multimodal_inputs = {"images": load_images(images)}
+        sample.multimodal_train_inputs = renderer.train_inputs(images)
 
 
 def _failed(sample: Sample, error: str) -> Sample:
