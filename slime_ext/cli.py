@@ -107,6 +107,10 @@ def _add_learning_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
     p.add_argument("--lr", type=float, help=f"learning rate [{d.lr:g}]")
     p.add_argument("--max-staleness", type=int, help="take a backlog in steps large enough that no turn is trained more than this many versions after "
                    f"it was sampled; turns are never dropped for their age [{d.max_staleness}]")
+    p.add_argument("--policy-loss", metavar="LOSS",
+                   help=f"the policy-gradient loss: ppo (clipped ratio with a dual clip), or your own as module:attr "
+                        f"or an installed name, called like algorithms/ppo.py's policy_loss (docs/extending.md) "
+                        f"[{d.policy_loss}]")
     p.add_argument("--baseline", choices=BASELINES,
                    help=f"advantage baseline: none (advantage = verdict) or running (minus an EMA of earlier verdicts) [{d.baseline}]")
     p.add_argument("--keep-checkpoints", type=int,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slime_ext.trainers.canary import CanaryConfig
-from slime_ext.trainers.learning import LearningConfig
+from slime_ext.trainers.learning import POLICY_LOSSES, LearningConfig
 from slime_ext.trainers.teachability import TeachabilityConfig
 from slime_ext.types import Method
 
@@ -122,7 +122,7 @@ class ServeConfig(LearningConfig):
 
     def validated(self) -> ServeConfig:
         """Return self, or raise ValueError naming the setting that cannot work."""
-        self._validate_judge()
+        self._validate_plugins()
         if self.judge == "openai" and (not self.judge_url or not self.judge_model):
             raise ValueError("judge openai needs judge_url and judge_model (--judge-url, --judge-model)")
         Method.parse(self.method)
@@ -145,19 +145,12 @@ class ServeConfig(LearningConfig):
         self._validate_http()
         return self
 
-    def _validate_judge(self) -> None:
-        """A built-in judge, or a user's that loads (``slime_ext.plugins``: the error says why not)."""
-        from slime_ext.plugins import entry_point_names, is_spec, load_object
+    def _validate_plugins(self) -> None:
+        """Built-in judge and policy loss, or the user's that load (``slime_ext.plugins``: the error says why not)."""
+        from slime_ext.plugins import check_choice
 
-        if self.judge in BUILTIN_JUDGES:
-            return
-        installed = [] if is_spec(self.judge) else entry_point_names("judge")
-        if not is_spec(self.judge) and self.judge not in installed:
-            raise ValueError(f"judge {self.judge!r}: expected {', '.join(BUILTIN_JUDGES)}, a module:attribute path "
-                             f"to your own (docs/extending.md), or the name of an installed one "
-                             f"({', '.join(installed) or 'none installed'})")
-        if not callable(load_object(self.judge, "judge")):
-            raise ValueError(f"judge {self.judge!r}: not callable; it must make the backend from the settings")
+        check_choice(self.judge, "judge", BUILTIN_JUDGES, "it must make the backend from the settings")
+        check_choice(self.policy_loss, "loss", POLICY_LOSSES, "it is called like algorithms/ppo.py's policy_loss")
 
     def _validate_http(self) -> None:
         from slime_ext.api.policy import normalize_origin

@@ -8,7 +8,7 @@ kind (``GROUPS``): an installed package registers, in its ``pyproject.toml``::
     [project.entry-points."openclaw_rl.judges"]
     mine = "my_pkg.judges:MyJudge"
 
-so that ``--judge mine`` finds it. Every failure is a ``PluginError`` (a ``ValueError``: the CLI
+so that ``--judge mine`` finds it (``openclaw_rl.losses`` likewise for ``--policy-loss``). Every failure is a ``PluginError`` (a ``ValueError``: the CLI
 prints it and exits 2) naming the kind, the spec and what failed: the module is not there, it
 raised on import (its exception type and message, no traceback), or it has no such attribute.
 """
@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-GROUPS = {"judge": "openclaw_rl.judges"}  # kind -> entry-point group
+GROUPS = {"judge": "openclaw_rl.judges", "loss": "openclaw_rl.losses"}  # kind -> entry-point group
 
 
 class PluginError(ValueError):
@@ -65,6 +66,19 @@ def load_object(spec: str, kind: str) -> Any:
             raise PluginError(f"{kind} {spec!r}: {module_name} has no attribute {attr!r}")
         obj = getattr(obj, part)
     return obj
+
+
+def check_choice(value: str, kind: str, builtins: Sequence[str], needs: str) -> None:
+    """PluginError unless ``value`` is one of ``builtins`` or names a callable of the user's (a spec, or a name an
+    installed package registered for ``kind``); ``needs`` says what the callable must do."""
+    if value in builtins:
+        return
+    installed = [] if is_spec(value) else entry_point_names(kind)
+    if not is_spec(value) and value not in installed:
+        raise PluginError(f"{kind} {value!r}: expected {', '.join(builtins)}, a module:attribute path to your own "
+                          f"(docs/extending.md), or the name of an installed one ({', '.join(installed) or 'none installed'})")
+    if not callable(load_object(value, kind)):
+        raise PluginError(f"{kind} {value!r}: not callable; {needs}")
 
 
 def entry_point_names(kind: str) -> list[str]:

@@ -1,6 +1,6 @@
 """A setting of the user's own, from a folder outside ``slime_ext`` (docs/extending.md): every ``env`` command,
-``$OPENCLAW_RL_SETTINGS``, Slime's generate hook and the embedded ``env train`` find it; what cannot load
-is named with why. (An out-of-tree judge with ``serve``: tests/test_plugins.py.)"""
+``$OPENCLAW_RL_SETTINGS``, Slime's generate hook and the embedded ``env train`` (with a policy loss of the
+user's) find it; what cannot load is named with why. (An out-of-tree judge with ``serve``: tests/test_plugins.py.)"""
 
 from __future__ import annotations
 
@@ -70,10 +70,24 @@ def test_embedded_eval_and_train_run_the_users_setting(setting_dir, tmp_path):
     assert ev.returncode == 0, ev.stderr
     summary = json.loads(ev.stdout)
     assert summary["episodes"] == 1 and list(summary["per_task"]) == ["echo-stone"]
-    tr = cli("env", "train", *common, "--out", str(tmp_path / "out"), "--steps", "1", "--episodes", "2")
+    # with a policy loss of the user's too, from another folder on PYTHONPATH: it records each call
+    losses = tmp_path / "losses"
+    losses.mkdir()
+    (losses / "marking_loss.py").write_text(
+        '"""Marks each call, then the built-in loss."""\nimport os\n\n'
+        "from slime_ext.algorithms.ppo import policy_loss\n\n\n"
+        "def loss(*args, **kwargs):\n"
+        "    with open(os.environ['LOSS_MARKS'], 'a') as f:\n"
+        "        f.write('called\\n')\n"
+        "    return policy_loss(*args, **kwargs)\n")
+    marks = tmp_path / "marks.txt"
+    tr = cli("env", "train", *common, "--out", str(tmp_path / "out"), "--steps", "1", "--episodes", "2",
+             "--policy-loss", "marking_loss:loss",
+             env={"PYTHONPATH": f"{ROOT}{os.pathsep}{losses}", "LOSS_MARKS": str(marks)})
     assert tr.returncode == 0, tr.stderr
     metrics = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert len(metrics) == 1 and metrics[0]["episodes"] == 2
+    assert marks.read_text().split() == ["called"] * 2  # one micro-batch per episode
 
 
 @pytest.mark.parametrize("content, message", [

@@ -168,7 +168,7 @@ def cmd_env_train(args: argparse.Namespace) -> int:
     sandbox_preamble(args)
     args.run_dir = args.run_dir or args.out  # the GUI setting's screenshots go with the adapters
     history = train(_settings(args), Path(args.out), steps=args.steps, episodes=args.episodes, lr=args.lr,
-                    lora_rank=args.lora_rank, baseline=args.baseline)
+                    lora_rank=args.lora_rank, baseline=args.baseline, policy_loss=args.policy_loss)
     print(f"trained {len(history)} steps; metrics in {Path(args.out) / 'metrics.jsonl'}")
     return 0
 
@@ -262,6 +262,9 @@ def add_env_parser(subparsers) -> None:
     tr.add_argument("--lora-rank", type=int, default=16, help="LoRA rank [16]")
     tr.add_argument("--baseline", choices=("mean", "none"), default="mean",
                     help="subtract the step's mean reward from each episode's (mean), or not [mean]")
+    tr.add_argument("--policy-loss", default="ppo", metavar="LOSS",
+                    help="the policy loss: ppo (clipped ratio), or your own as module:attr, called like "
+                         "algorithms/ppo.py's policy_loss (docs/extending.md) [ppo]")
     tr.set_defaults(fn=run_env_command, env_fn=cmd_env_train)
 
 

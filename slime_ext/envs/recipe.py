@@ -103,18 +103,20 @@ def evaluate(settings: RunSettings, split: str = "heldout", limit: int | None = 
 
 
 def train(settings: RunSettings, out_dir: Path, steps: int = 4, episodes: int = 8, lr: float = 1e-4,
-          lora_rank: int = 16, baseline: str = "mean") -> list[dict[str, Any]]:
-    """The training loop (see the module docstring); one metrics dict per round."""
+          lora_rank: int = 16, baseline: str = "mean", policy_loss: str = "ppo") -> list[dict[str, Any]]:
+    """The training loop (see the module docstring); one metrics dict per round. ``policy_loss``: ``ppo`` or
+    the user's (``trainers.step.resolve_policy_loss``)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from slime_ext.trainers.loop import TrainerConfig, wrap_lora
-    from slime_ext.trainers.step import train_step
+    from slime_ext.trainers.step import resolve_policy_loss, train_step
 
     if baseline not in ("mean", "none"):
         raise ValueError(f"baseline must be mean or none, got {baseline!r}")
     if min(steps, episodes, lora_rank) < 1:
         raise ValueError("steps, episodes and lora_rank must be >= 1")
+    loss_fn = resolve_policy_loss(policy_loss)  # before minutes of loading: a loss that cannot load says so now
     tasks = list_tasks(settings.setting, "train")
     if not tasks:
         raise ValueError(f"setting {settings.setting!r} has no train tasks")
@@ -147,7 +149,7 @@ def train(settings: RunSettings, out_dir: Path, steps: int = 4, episodes: int = 
             # one episode per micro-batch: an episode's response holds its observations too, and the fp32
             # logits over it ([T, vocab]) are gigabytes for a long GUI episode; four at once exhausted 24 GiB
             metrics = await asyncio.to_thread(train_step, model, opt, samples, baseline=base,
-                                              pad_id=tok.pad_token_id or 0, micro_batch_size=1)
+                                              pad_id=tok.pad_token_id or 0, micro_batch_size=1, loss_fn=loss_fn)
             adapter = out_dir / f"v{step}"
             model.save_pretrained(adapter)
             await engine.swap(adapter, step)

@@ -23,6 +23,7 @@ TEACHERS = ("base", "policy")  # who scores the hinted prompt: the initial model
 BASELINES = ("none", "running")  # advantage = verdict, or verdict - EMA of earlier verdicts
 DISTILL = ("token", "topk", "forward_kl", "jsd", "topk_select")  # the teacher term (docs/learning.md)
 TOPK_SUPPORTS = ("teacher", "student", "overlap")  # whose top-k (overlap: topk_select only)
+POLICY_LOSSES = ("ppo",)  # the built-in policy loss (algorithms/ppo.py); else the user's, module:attr
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,9 @@ class LearningConfig:
     max_staleness: int = 4  # a backlog is taken in steps large enough that no turn waits longer (versions)
     baseline: str = "none"  # "none" or "running" (EMA of earlier verdicts; see algorithms/advantages.py)
     keep_checkpoints: int = 3  # newest versions kept whole; older ones keep only trainer_state.json (0: all)
+    # the policy-gradient loss: "ppo" (algorithms/ppo.py: clipped ratio, dual clip) or the user's, named by
+    # module:attr or an installed openclaw_rl.losses name, called like policy_loss (docs/extending.md)
+    policy_loss: str = POLICY_LOSSES[0]
     # OPD / Combine
     teacher: str = "base"  # "base" (frozen initial model) or "policy" (the current policy: self-distillation)
     w_rl: float = 1.0  # Combine: weight of the verdict term

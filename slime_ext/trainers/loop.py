@@ -36,7 +36,7 @@ from slime_ext.trainers.canary import CanaryConfig, snapshot
 from slime_ext.trainers.groups import build_group, demonstration
 from slime_ext.trainers.learning import LearningConfig
 from slime_ext.trainers.replay import replay_metrics, replay_rows, replay_samples
-from slime_ext.trainers.step import Batch, response_logprobs, train_step
+from slime_ext.trainers.step import Batch, resolve_policy_loss, response_logprobs, train_step
 from slime_ext.trainers.teachability import TeachabilityConfig, TeacherChecker, excluded
 from slime_ext.types import Method, Sample, TrainingRow
 
@@ -209,6 +209,7 @@ class OnlineTrainer:
         self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.lr)
         self.initial = InitialPolicy(model, config)
         self.reference = self.initial.batch_logprobs if config.loss.kl_coef else None
+        self.loss_fn = resolve_policy_loss(config.policy_loss)
         self.baseline = RunningBaseline() if config.baseline == "running" else None
         self.teacher_s = 0.0
         self.checker: TeacherChecker | None = None  # made at the first hinted turn (trainers/teachability.py)
@@ -281,7 +282,8 @@ class OnlineTrainer:
                                  micro_batch_size=self.config.micro_batch_size, pad_id=self.pad_id,
                                  reference=self.reference, baseline=baseline, weights=self.config.weights,
                                  topk_coef=self.config.topk_coef, topk=self.config.topk,
-                                 divergence=self.config.divergence, beta=self.config.jsd_beta)
+                                 divergence=self.config.divergence, beta=self.config.jsd_beta,
+                                 loss_fn=self.loss_fn)
             passes += 1
             if passes >= cfg.steps or time.perf_counter() - started >= cfg.budget_s:
                 break

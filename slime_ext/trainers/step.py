@@ -176,12 +176,28 @@ def response_logprobs(model, batch: Batch) -> torch.Tensor:
     return out
 
 
+def resolve_policy_loss(name: str) -> Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]:
+    """The policy loss ``name`` names: ``ppo`` (``algorithms/ppo.py``'s ``policy_loss``), or the user's
+    (``module:attr``, or a name an installed package registered under ``openclaw_rl.losses``), which is called
+    like ``policy_loss(logprobs, behaviour_logprobs, advantages, mask, config, ref_logprobs=...)`` and returns
+    ``(scalar loss, metrics)``. ``slime_ext.plugins.PluginError`` (a ValueError) says why one does not load."""
+    from slime_ext.plugins import check_choice, load_object
+    from slime_ext.trainers.learning import POLICY_LOSSES
+
+    if name == POLICY_LOSSES[0]:
+        return policy_loss
+    check_choice(name, "loss", POLICY_LOSSES, "it is called like algorithms/ppo.py's policy_loss")
+    return load_object(name, "loss")
+
+
 def train_step(model, optimizer, samples: list[Sample], config: PolicyLossConfig | None = None,
                *, micro_batch_size: int = 4, max_grad_norm: float = 1.0, pad_id: int = 0,
                baseline: float = 0.0, reference: Callable[[Batch], torch.Tensor] | None = None,
                weights: AdvantageWeights = BINARY, topk_coef: float = 0.0, topk: int | None = None,
-               divergence: Divergence = "reverse_kl", beta: float = 0.5) -> dict[str, Any]:
-    """One optimizer step over ``samples`` with gradient accumulation over micro-batches.
+               divergence: Divergence = "reverse_kl", beta: float = 0.5,
+               loss_fn: Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]] = policy_loss) -> dict[str, Any]:
+    """One optimizer step over ``samples`` with gradient accumulation over micro-batches; ``loss_fn`` is the
+    policy loss (``resolve_policy_loss``).
 
     ``reference(batch)`` gives the reference policy's response log-probs for the KL term (used
     only when ``config.kl_coef`` > 0). Samples with ``metadata["teacher_topk"]`` add ``topk_coef``
@@ -208,8 +224,8 @@ def train_step(model, optimizer, samples: list[Sample], config: PolicyLossConfig
             logp = target_logprobs_of(logits, batch)
         else:
             logp = response_logprobs(model, batch)
-        loss, metrics = policy_loss(logp, batch.rollout_logprobs, batch.advantages, batch.response_mask, config,
-                                    ref_logprobs=ref)
+        loss, metrics = loss_fn(logp, batch.rollout_logprobs, batch.advantages, batch.response_mask, config,
+                                ref_logprobs=ref)
         if topk_coef and batch.select is not None:  # topk_select: w_opd x the top-K OPD term
             distill, distill_metrics = topk_select_loss(logits, batch.select, batch.topk_mask,
                                                         eps_low=config.eps_low, eps_high=config.eps_high)
