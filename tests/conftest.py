@@ -7,6 +7,7 @@ under them.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ import pytest
 from slime_ext.envs.loader import load_settings
 from slime_ext.launch import ServerProcess, free_port  # noqa: F401  (re-exported for tests)
 
+# tests never reach the Hugging Face hub (a hub id resolves from a cache a test builds: test_hub_models.py)
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # the built-in settings' folders go on the Python path, so their tests import `terminal`, `swe`, ... directly
 load_settings()
 
@@ -23,8 +26,6 @@ SERVING_ONLY = ["--method", "none"]
 def require_chromium() -> str:
     """The Chromium the GUI setting drives; skips the test naming why when there is none, unless
     OPENCLAW_RL_REQUIRE_BROWSER=1 (CI sets it after installing one), where a missing browser fails it."""
-    import os
-
     from slime_ext.envs.browser import BrowserError, find_chromium
 
     try:

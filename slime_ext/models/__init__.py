@@ -6,11 +6,13 @@ Accepted values:
   tiny           a small random-weight Llama with SmolLM2's real tokenizer and a chat template
                  that supports tools; a long context, for fast tests.
   <directory>    any local Hugging Face causal-LM directory.
+  <org/name>     a Hugging Face hub id (``@revision`` optional): from the standard HF cache, downloaded
+                 into it when online, from the cache alone with ``HF_HUB_OFFLINE=1`` (``hub.py``).
 
 A built-in model's checkpoint carries the sampling values its authors recommend in
 ``generation_config.json`` (``BUILTIN_GENERATION``), also added to a cache converted before them.
 
-Nothing is downloaded: the hub is never contacted (``HF_HUB_OFFLINE`` is forced on).
+Nothing else contacts the hub: a built-in name or a directory is resolved on this machine alone.
 Conversions are written to a temporary directory and renamed into place, so an interrupted
 conversion never leaves a half-written checkpoint behind.
 """
@@ -21,6 +23,7 @@ import os
 from pathlib import Path
 
 from slime_ext.models.builtin import BUILTIN_MODELS, build_builtin, ensure_generation_defaults
+from slime_ext.models.hub import hub_checkpoint, is_hub_id
 
 __all__ = ["BUILTIN_MODELS", "cache_dir", "resolve_model"]
 
@@ -33,8 +36,6 @@ def cache_dir() -> Path:
 
 def resolve_model(name: str, *, progress=print) -> Path:
     """Return a checkpoint directory for ``name``, converting a built-in model on first use."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     if name in BUILTIN_MODELS:
         target = cache_dir() / name
         if not (target / "config.json").exists():
@@ -43,10 +44,11 @@ def resolve_model(name: str, *, progress=print) -> Path:
             progress(f"{name}: recommended sampling defaults written to {target / 'generation_config.json'}")
         return target
     path = Path(name).expanduser()
+    if not path.exists() and is_hub_id(name):
+        return hub_checkpoint(name, progress)
     if not path.is_dir():
-        raise ValueError(
-            f"--model {name!r}: not a built-in model ({', '.join(BUILTIN_MODELS)}) and not a directory"
-        )
+        raise ValueError(f"--model {name!r}: not a built-in model ({', '.join(BUILTIN_MODELS)}), not a directory "
+                         "and not a Hugging Face hub id (org/name)")
     if not (path / "config.json").exists():
         raise ValueError(f"--model {name!r}: directory has no config.json; expected a Hugging Face causal-LM checkpoint")
     return path
