@@ -48,6 +48,9 @@ def _add_serving_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
     p.add_argument("--dtype", choices=["auto", "bfloat16", "float32"],
                    help=f"engine dtype; auto: float32 (exact log-probs; the start-up log says why, and what bfloat16 "
                         f"would give on this CPU) [{d.dtype}]")
+    p.add_argument("--device", help=f"where the engine and the trainer compute: auto (the first CUDA GPU, else the "
+                                     f"CPU), cpu, cuda or cuda:N; a GPU that is not there is refused at once "
+                                     f"[{d.device}]")
     p.add_argument("--threads", type=int, help="torch threads for the engine [all cores]")
     p.add_argument("--max-batch-size", type=int, help=f"sequences decoded together [{d.max_batch_size}]")
     p.add_argument("--prefix-cache-tokens", type=int, help=f"prompt KV kept for reuse across requests, in tokens; 0: off [{d.prefix_cache_tokens}]")

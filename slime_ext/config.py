@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from slime_ext.engines.device import check_device_spec
 from slime_ext.trainers.canary import CanaryConfig
 from slime_ext.trainers.learning import POLICY_LOSSES, LearningConfig
 from slime_ext.trainers.teachability import TeachabilityConfig
@@ -35,7 +36,8 @@ class ServeConfig(LearningConfig):
     api_key: str = ""  # also OPENCLAW_RL_API_KEY or SGLANG_API_KEY
     user_keys: dict[str, str] = field(default_factory=dict)  # per-user API keys: {user name: key}
     served_model_name: str = ""  # the id /v1/models reports; default: the --model value
-    dtype: str = "auto"  # auto = float32 on CPUs (see docs/engine.md, the dtype section)
+    dtype: str = "auto"  # auto = float32 on CPUs, bfloat16 on CUDA (see docs/engine.md, the dtype section)
+    device: str = "auto"  # engine and trainer: auto (the first CUDA GPU, else the CPU), cpu, cuda or cuda:N
     threads: int = 0  # 0: all cores
     max_batch_size: int = 32
     prefix_cache_tokens: int = 32768  # KV of recent prompts kept for reuse; 0 turns it off
@@ -142,6 +144,7 @@ class ServeConfig(LearningConfig):
                                                            for k, v in self.user_keys.items()):
             raise ValueError("user_keys must map user names to non-empty API keys")
         trainer.canary.validate()
+        check_device_spec(self.device)
         self._validate_http()
         return self
 

@@ -32,6 +32,10 @@ def build_server(cfg: ServeConfig, engine=None, tokenizer=None):
     from slime_ext.store import Store
 
     embedded = engine is None
+    if embedded:  # a GPU that is not there is refused before a model is converted or loaded
+        from slime_ext.engines.device import resolve_device
+
+        device = resolve_device(cfg.device)
     # the served checkpoint; on Slime (engine and tokenizer given) the HF checkpoint the tokenizer came from
     model_dir = resolve_model(cfg.model, progress=log.info) if embedded or tokenizer is None else None
     if tokenizer is None:
@@ -41,7 +45,7 @@ def build_server(cfg: ServeConfig, engine=None, tokenizer=None):
         engine = LocalEngine(
             model_dir, dtype=cfg.dtype, threads=threads,
             max_batch_size=cfg.max_batch_size, context_length=cfg.context_length or None,
-            prefix_cache_tokens=cfg.prefix_cache_tokens,
+            prefix_cache_tokens=cfg.prefix_cache_tokens, device=str(device),
         )
     store = Store(cfg.resolved_run_dir())
     tracker = SessionTracker(
@@ -158,7 +162,7 @@ def run_server(cfg: ServeConfig) -> None:
         await server.checkpoints.check()  # after a restart, serve the latest trained version from the start
         trainer = None
         if cfg.method != "none":
-            trainer = start_trainer_process(cfg.model, str(run_dir), cfg.trainer_config())
+            trainer = start_trainer_process(cfg.model, str(run_dir), cfg.trainer_config(), device=cfg.device)
             log.info("training (%s) in process %d (batch %d, %s)", cfg.method, trainer.pid, cfg.batch_size,
                      f"LoRA rank {cfg.lora_rank}" if cfg.lora_rank else "full weights")
         runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)

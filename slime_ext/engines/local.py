@@ -108,18 +108,22 @@ class LocalEngine:
         prefix_cache_tokens: int = 32768,
         context_length: int | None = None,
         attn_implementation: str = "sdpa",
+        device: str = "cpu",
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM
 
+        from slime_ext.engines.device import resolve_device
+
         self._torch = torch
+        self.device = resolve_device(device)
         self.threads = threads or os.cpu_count() or 1
         torch.set_num_threads(self.threads)
-        name, why = resolve_dtype(dtype)
-        log.info("engine dtype %s (%s)", name, why)
+        name, why = resolve_dtype(dtype, device=self.device.type)
+        log.info("engine dtype %s on %s (%s)", name, self.device, why)
         self.dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[name]
-        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=self.dtype, attn_implementation=attn_implementation
-        )
+        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=self.dtype,
+                                                          attn_implementation=attn_implementation).to(self.device)
         self.model.eval()
         self.model.requires_grad_(False)
         self.model_dir = Path(model_dir)
@@ -291,7 +295,8 @@ class LocalEngine:
             self._start_prefill(req)
         begin, end = req.prefilled, min(len(ids), req.prefilled + budget)
         with self._frozen_base_rows([0] if req.sampling.frozen_base else []):
-            out = self.model.model(input_ids=torch.tensor([ids[begin:end]]), cache=req.cache, use_cache=True)
+            out = self.model.model(input_ids=torch.tensor([ids[begin:end]], device=self.device), cache=req.cache,
+                                   use_cache=True)
         req.prefilled = end
         self.stats["prefill_tokens"] += end - begin
         if end < len(ids):
@@ -335,7 +340,7 @@ class LocalEngine:
             yield
             return
         torch = self._torch
-        index = torch.tensor(rows)
+        index = torch.tensor(rows, device=self.device)
         handles = []
 
         def hook(module, args, output, base):
@@ -355,7 +360,7 @@ class LocalEngine:
         """Add one prefilled sequence to the batch, left-padding whichever side is shorter."""
         torch = self._torch
         n = len(req.prompt_ids)
-        new_mask = torch.ones(1, n, dtype=torch.long)
+        new_mask = torch.ones(1, n, dtype=torch.long, device=self.device)
         if self._cache is None:
             self._cache, self._mask, self._rows = cache, new_mask, [req]
             return
@@ -372,9 +377,9 @@ class LocalEngine:
     def _decode_step(self) -> None:
         torch = self._torch
         rows = self._rows
-        input_ids = torch.tensor([[r.last_token] for r in rows])
-        positions = torch.tensor([[r.position - 1] for r in rows])  # where last_token sits
-        self._mask = torch.cat([self._mask, torch.ones(len(rows), 1, dtype=torch.long)], dim=1)
+        input_ids = torch.tensor([[r.last_token] for r in rows], device=self.device)
+        positions = torch.tensor([[r.position - 1] for r in rows], device=self.device)  # where last_token sits
+        self._mask = torch.cat([self._mask, torch.ones(len(rows), 1, dtype=torch.long, device=self.device)], dim=1)
         with self._frozen_base_rows([i for i, r in enumerate(rows) if r.sampling.frozen_base]):
             out = self.model.model(
                 input_ids=input_ids,
@@ -393,8 +398,10 @@ class LocalEngine:
         The step's outputs reach each event loop in one wake-up, not one per row. A row whose
         sampling fails gets the error and ends; the other rows go on."""
         torch = self._torch
-        temps = torch.tensor([r.sampling.temperature if r.sampling.temperature > 0 else 1.0 for r in rows])
-        logp = torch.log_softmax(logits / temps[:, None], dim=-1)
+        temps = torch.tensor([r.sampling.temperature if r.sampling.temperature > 0 else 1.0 for r in rows],
+                             device=logits.device)
+        # sampled on the CPU with each request's seeded generator, whatever the device (the same tokens)
+        logp = torch.log_softmax(logits / temps[:, None], dim=-1).cpu()
         keep = []
         out: dict[asyncio.AbstractEventLoop, list[tuple[_Request, Any]]] = {}
         version = self._version
@@ -441,7 +448,7 @@ class LocalEngine:
         if not idx:
             self._cache, self._mask = None, None
             return
-        index = torch.tensor(idx)
+        index = torch.tensor(idx, device=self.device)
         mask = self._mask.index_select(0, index)
         first = int(mask.any(dim=0).nonzero()[0])  # leading columns that are padding for every row
         self._mask = mask[:, first:]
@@ -461,8 +468,9 @@ class LocalEngine:
         torch = self._torch
         if start == len(ids):
             return []
-        hidden = self.model.model(input_ids=torch.tensor([ids]), use_cache=False).last_hidden_state
-        return target_logprobs(hidden[0, start - 1 : -1], self._fp32_head(), torch.tensor(ids[start:])).tolist()
+        hidden = self.model.model(input_ids=torch.tensor([ids], device=self.device), use_cache=False).last_hidden_state
+        return target_logprobs(hidden[0, start - 1 : -1], self._fp32_head(),
+                               torch.tensor(ids[start:], device=self.device)).tolist()
 
     # ------------------------------------------------------------- weight swaps
     def _prepare_update(self, update: Any) -> Any:
@@ -485,7 +493,8 @@ class LocalEngine:
                 for module, (a, b) in pairs.items():
                     name = f"{module}.weight"
                     base = (self._lora_base or {}).get(name, names[name].detach())
-                    merged[name] = torch.addmm(base, b.to(self.dtype), a.to(self.dtype), alpha=update.scaling)
+                    merged[name] = torch.addmm(base, b.to(self.device, self.dtype), a.to(self.device, self.dtype),
+                                               alpha=update.scaling)
             return _MergedLora(merged)
         if isinstance(update, dict):
             unknown = [k for k in update if k not in names]
@@ -494,7 +503,7 @@ class LocalEngine:
             misshaped = [f"{k} {tuple(v.shape)} != {tuple(names[k].shape)}" for k, v in update.items() if v.shape != names[k].shape]
             if misshaped:  # copy_ would broadcast them silently
                 raise EngineError(f"weights with the wrong shape: {misshaped[:5]}")
-            return {k: v.detach().to(self.dtype) for k, v in update.items()}
+            return {k: v.detach().to(self.device, self.dtype) for k, v in update.items()}
         raise EngineError(f"cannot swap in a {type(update).__name__}")
 
     def _apply_swap(self, update: Any, version: int) -> None:
@@ -533,10 +542,11 @@ _NO_FROZEN_BASE = ("frozen_base: a full-weight update replaced the base weights,
                    "model to sample from (the self judge needs LoRA training)")
 
 
-def resolve_dtype(dtype: str, cpuinfo: str | None = None) -> tuple[str, str]:
-    """The engine's dtype for ``dtype`` (``auto``, ``float32``, ``bfloat16``) and why it is that one.
+def resolve_dtype(dtype: str, cpuinfo: str | None = None, device: str = "cpu") -> tuple[str, str]:
+    """The engine's dtype for ``dtype`` (``auto``, ``float32``, ``bfloat16``) on ``device`` (its type) and why.
 
-    ``auto`` is float32. This engine runs on the CPU, where one stream decodes as fast or faster in
+    On a CUDA GPU ``auto`` is bfloat16 (what GPUs compute fast; the trainer's log-probs then drift ~3e-2).
+    On the CPU ``auto`` is float32: one stream decodes as fast or faster in
     float32 even with native bf16 (AMX), and float32 records log-probs that a full forward pass and
     the float32 trainer reproduce to ~1e-6 instead of ~3e-2. With native bf16, bfloat16 prefills
     about 2.4x faster and decodes batches ~15% faster (docs/engine.md): the reason says so, and
@@ -544,6 +554,8 @@ def resolve_dtype(dtype: str, cpuinfo: str | None = None) -> tuple[str, str]:
     """
     if dtype != "auto":
         return dtype, "asked for"
+    if device == "cuda":
+        return "bfloat16", "auto on a CUDA GPU"
     if native_bf16(_read_cpuinfo() if cpuinfo is None else cpuinfo):
         why = ("this CPU computes bf16 natively: --dtype bfloat16 prefills ~2.4x faster and decodes batches ~15% "
                "faster, at ~3e-2 log-prob drift from the trainer")

@@ -143,7 +143,7 @@ def _settings(args: argparse.Namespace):
         raise ValueError("--max-turns, --max-new-tokens and --concurrency must be >= 1")
     return RunSettings(setting=args.setting, model=args.model, max_turns=args.max_turns,
                        max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                       concurrency=args.concurrency, seed=args.seed, threads=args.threads,
+                       concurrency=args.concurrency, seed=args.seed, threads=args.threads, device=args.device,
                        run_dir=Path(args.run_dir) if getattr(args, "run_dir", None) else None)
 
 
@@ -185,6 +185,8 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, default=4, help="episodes played at once [4]")
     p.add_argument("--seed", type=int, default=0, help="sampling seed [0]")
     p.add_argument("--threads", type=int, help="torch threads of the engine [torch's default]")
+    p.add_argument("--device", default="auto", help="where the engine (and env train's trainer) compute: auto, "
+                                                     "cpu, cuda or cuda:N [auto: the first CUDA GPU, else the CPU]")
     _add_require_isolation(p)
 
 

@@ -40,18 +40,21 @@ class RunSettings:
     seed: int = 0
     threads: int | None = None
     run_dir: Path | None = None  # where settings keep debugging artifacts (the GUI setting's screenshots)
+    device: str = "auto"  # engine and trainer: auto, cpu, cuda or cuda:N (engines/device.py)
 
 
 def _load(settings: RunSettings):
     from transformers import AutoTokenizer
 
     from slime_ext.chat.prompt import PromptRenderer, stop_token_ids
+    from slime_ext.engines.device import resolve_device
     from slime_ext.engines.local import LocalEngine
     from slime_ext.models import resolve_model
 
+    resolve_device(settings.device)  # a GPU that is not there is refused before a model is converted or loaded
     model_dir = resolve_model(settings.model, progress=lambda m: print(m, file=sys.stderr))
     tok = AutoTokenizer.from_pretrained(model_dir)
-    engine = LocalEngine(model_dir, dtype="auto", threads=settings.threads)
+    engine = LocalEngine(model_dir, dtype="auto", threads=settings.threads, device=settings.device)
     sampling = SamplingParams(temperature=settings.temperature, max_new_tokens=settings.max_new_tokens,
                               stop_token_ids=stop_token_ids(tok))
     return model_dir, tok, PromptRenderer(tok), engine, sampling
@@ -122,7 +125,7 @@ def train(settings: RunSettings, out_dir: Path, steps: int = 4, episodes: int = 
         raise ValueError(f"setting {settings.setting!r} has no train tasks")
     out_dir.mkdir(parents=True, exist_ok=True)
     model_dir, tok, renderer, engine, sampling = _load(settings)
-    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(engine.device)
     # Agent episodes are long (a 6-turn GUI episode is ~4-5k tokens): recompute each layer's activations in
     # the backward pass instead of keeping them all (measured on smollm2, one 4.6k-token episode: 14.5 GB
     # peak without, 7.8 GB with, 25% slower; 6.0 GB once train_step made logits at trained positions only).

@@ -328,7 +328,8 @@ class OnlineTrainer:
                 out.append(sample)
                 continue
             seed = zlib.crc32(f"{self.version}:{row['session_id']}:{row['idx']}".encode())  # reproducible
-            generator, stops = torch.Generator().manual_seed(seed), stop_token_ids(self.renderer.tokenizer)
+            device = next(self.model.parameters()).device  # the generator must be where the sampling happens
+            generator, stops = torch.Generator(device).manual_seed(seed), stop_token_ids(self.renderer.tokenizer)
             if self.config.group_size > 1:
                 members, record = build_group(self.model, row, sample, self._teacher_scores, self.config.groups,
                                               stop_ids=stops, version=self.version, context=context, generator=generator)

@@ -28,8 +28,10 @@ from slime_ext.types import Method
 log = logging.getLogger(__name__)
 
 
-def trainer_main(model: str, run_dir: str, config: dict[str, Any], poll_s: float = 0.25, threads: int = 1) -> None:
-    """Entry point of the trainer process: resume, then train whenever a batch is ready."""
+def trainer_main(model: str, run_dir: str, config: dict[str, Any], poll_s: float = 0.25, threads: int = 1,
+                 device: str = "cpu") -> None:
+    """Entry point of the trainer process: resume, then train whenever a batch is ready. On a CUDA ``device``
+    the model lives there and the process's tensors are made there (``torch.set_default_device``)."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
     from transformers import AutoModelForCausalLM
@@ -50,11 +52,16 @@ def trainer_main(model: str, run_dir: str, config: dict[str, Any], poll_s: float
         log.info("another trainer holds %s (the previous server's, finishing its step): waiting", lock.name)
         fcntl.flock(lock, fcntl.LOCK_EX)
     torch.set_num_threads(threads)
+    from slime_ext.engines.device import resolve_device
+
+    where = resolve_device(device)
+    if where.type == "cuda":
+        torch.set_default_device(where)
     cfg = TrainerConfig(**{**config, "loss": PolicyLossConfig(**config.get("loss", {})),
                            "canary": CanaryConfig(**config.get("canary", {})),
                            "teacher_check": TeachabilityConfig(**config.get("teacher_check", {}))})
     model_dir = str(resolve_model(model, progress=log.info))
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(where)
     from transformers import AutoTokenizer
 
     from slime_ext.chat.prompt import PromptRenderer
@@ -68,7 +75,7 @@ def trainer_main(model: str, run_dir: str, config: dict[str, Any], poll_s: float
     if trainer.resume():
         log.info("resumed at version %d", trainer.version)
     scalars = ScalarWriter(run_dir)
-    log.info("ready: %s, %s, lr %g, batch %d, canary %s; scalars -> %s (%s)", cfg.method,
+    log.info("ready on %s: %s, %s, lr %g, batch %d, canary %s; scalars -> %s (%s)", where, cfg.method,
              f"LoRA rank {cfg.lora_rank}" if cfg.lora_rank else "full weights", cfg.lr, cfg.batch_size,
              "on" if trainer.canary else "off", scalars.dir, scalars.kind)
     parent = os.getppid()
@@ -117,11 +124,12 @@ def backlog_note(m: dict[str, Any]) -> str:
     return note
 
 
-def start_trainer_process(model: str, run_dir: str, config) -> multiprocessing.Process:
-    """Start ``trainer_main`` in a fresh (spawned) process; it dies with the server."""
+def start_trainer_process(model: str, run_dir: str, config, device: str = "cpu") -> multiprocessing.Process:
+    """Start ``trainer_main`` in a fresh (spawned) process on ``device``; it dies with the server."""
     cfg = asdict(config)
     proc = multiprocessing.get_context("spawn").Process(
-        target=trainer_main, args=(model, run_dir, cfg), name="openclaw-rl-trainer", daemon=True)
+        target=trainer_main, args=(model, run_dir, cfg), kwargs={"device": device}, name="openclaw-rl-trainer",
+        daemon=True)
     proc.start()
     return proc
 

@@ -13,7 +13,7 @@ Invariants:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable
 
 import torch
@@ -50,6 +50,17 @@ class Batch:
     def temperature(self, i: int) -> float:
         """The temperature sample ``i``'s log-probs are taken at (``scoring_temperature`` of its sampling)."""
         return self.temperatures[i] if self.temperatures is not None else 1.0
+
+    def to(self, device: torch.device) -> Batch:
+        """The batch with its tensors (and those of its top-k / support tuples) on ``device``."""
+        def move(v: Any) -> Any:
+            if isinstance(v, torch.Tensor):
+                return v.to(device)
+            if isinstance(v, tuple) and hasattr(v, "_fields"):  # TopK, SelectedSupport
+                return type(v)(*(move(x) for x in v))
+            return v
+
+        return Batch(**{f.name: move(getattr(self, f.name)) for f in fields(self)})
 
 
 BINARY = AdvantageWeights.for_method(Method.BINARY)
@@ -208,12 +219,13 @@ def train_step(model, optimizer, samples: list[Sample], config: PolicyLossConfig
     over its support, PPO-clipped with ``config``'s eps (``algorithms/topk_select.py``).
     """
     config = config or PolicyLossConfig()
+    device = next(model.parameters()).device  # the batch is made on the CPU and computed where the model is
     model.train()
     optimizer.zero_grad(set_to_none=True)
     chunks = [samples[i : i + micro_batch_size] for i in range(0, len(samples), micro_batch_size)]
     totals: dict[str, float] = {}
     for chunk in chunks:
-        batch = collate(chunk, pad_id, baseline, weights)
+        batch = collate(chunk, pad_id, baseline, weights).to(device)
         ref = None
         if reference is not None and config.kl_coef:
             with torch.no_grad():
