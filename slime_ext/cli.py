@@ -55,6 +55,10 @@ def _add_serving_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
     p.add_argument("--max-batch-size", type=int, help=f"sequences decoded together [{d.max_batch_size}]")
     p.add_argument("--prefix-cache-tokens", type=int, help=f"prompt KV kept for reuse across requests, in tokens; 0: off [{d.prefix_cache_tokens}]")
     p.add_argument("--context-length", type=int, help="cap the context below the model's own")
+    p.add_argument("--context-overflow", choices=["trim", "error"],
+                   help=f"a prompt past the context: trim (cut the middle of the longest system message, keep the "
+                        f"conversation; the response says how many tokens in X-OpenClaw-RL-Prompt-Tokens-Cut) or "
+                        f"error (400 context_length_exceeded) [{d.context_overflow}]")
     p.add_argument("--max-tokens-cap", type=int, help=f"most new tokens per response [{d.max_tokens_cap}]")
     p.add_argument("--default-max-tokens", type=int, help=f"new tokens when a request names none [{d.default_max_tokens}]")
     p.add_argument("--sampling-defaults", choices=["model", "openai"],

@@ -42,6 +42,8 @@ class ServeConfig(LearningConfig):
     max_batch_size: int = 32
     prefix_cache_tokens: int = 32768  # KV of recent prompts kept for reuse; 0 turns it off
     context_length: int = 0  # 0: the model's own
+    # a prompt past the context: "trim" (cut the middle of the longest system message; chat/overflow.py) or "error"
+    context_overflow: str = "trim"
     max_tokens_cap: int = 1024
     default_max_tokens: int = 512
     sampling_defaults: str = "model"  # temperature / top_p of a request naming none: "model" (its generation_config.json) or "openai" (1.0 / 1.0)
@@ -145,6 +147,8 @@ class ServeConfig(LearningConfig):
             raise ValueError("user_keys must map user names to non-empty API keys")
         trainer.canary.validate()
         check_device_spec(self.device)
+        if self.context_overflow not in ("trim", "error"):
+            raise ValueError(f"context_overflow {self.context_overflow!r}: expected trim or error")
         self._validate_http()
         return self
 

@@ -1,6 +1,7 @@
 """Requests shaped like a real OpenClaw client (see shared/openclaw-client.md), over HTTP."""
 
 import json
+import sqlite3
 import urllib.request
 
 import pytest
@@ -79,15 +80,52 @@ def test_with_headers_the_header_wins(server):
     assert sessions["oc-1"]["turns"][0]["next_state"] is None
 
 
-@pytest.mark.slow
-def test_smollm2_refuses_openclaw_sized_prompt_with_a_clear_error(make_server):
-    srv = make_server("smollm2-135m")
-    body = {"model": "policy", "messages": [{"role": "system", "content": SYSTEM * 4}, {"role": "user", "content": "hi"}],
-            "stream": True, "tools": TOOLS, "max_completion_tokens": 8192}
+def openclaw_post(srv, messages, max_tokens=8192):
+    """One streamed OpenClaw-shaped request; (status, cut header, body text)."""
+    body = {"model": "policy", "messages": messages, "stream": True, "tools": TOOLS, "max_completion_tokens": max_tokens}
     req = urllib.request.Request(srv.url + "/chat/completions", data=json.dumps(body).encode(), method="POST",
                                  headers={"Content-Type": "application/json"})
-    with pytest.raises(urllib.error.HTTPError) as e:
-        urllib.request.urlopen(req, timeout=120)
-    err = json.loads(e.value.read())["error"]
-    assert e.value.code == 400 and err["code"] == "context_length_exceeded" and "8192" in err["message"]
+    try:
+        with urllib.request.urlopen(req, timeout=300) as r:
+            return r.status, r.headers.get("X-OpenClaw-RL-Prompt-Tokens-Cut"), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, None, e.read().decode()
+
+
+def test_a_prompt_past_the_context_loses_the_system_prompts_middle_and_the_session_goes_on(make_server):
+    """The tiny model capped at 2,048 tokens takes OpenClaw's shape with a ~4,000-token system prompt: each turn's
+    system prompt is cut to fit, the user's words are not, the recorded prompt is what the model saw, and two turns
+    are still one session (the tracker matched the messages as sent)."""
+    srv = make_server(extra=["--context-length", "2048", "--max-tokens-cap", "16"])
+    u1, u2 = {"role": "user", "content": "Plan my day."}, {"role": "user", "content": "Shorter please."}
+    status, cut, text = openclaw_post(srv, [{"role": "system", "content": SYSTEM}, u1, ctx(1)])
+    assert status == 200 and int(cut) > 1000, text
+    first = "".join(json.loads(line[6:])["choices"][0]["delta"].get("content") or "" for line in text.splitlines()
+                    if line.startswith("data: {") and json.loads(line[6:])["choices"])
+    history = [{"role": "system", "content": SYSTEM}, u1, {"role": "assistant", "content": first}, u2, ctx(2)]
+    status2, cut2, _ = openclaw_post(srv, history)
+    assert status2 == 200 and int(cut2) >= int(cut)  # a longer conversation: more of the system prompt goes
+    [session] = [s for s in srv.records()["sessions"] if len(s["turns"]) == 2]
+    t0, t1 = session["turns"]
+    assert t0["main_line"] and t1["main_line"] and t0["next_state"] == u2["content"]
+    with sqlite3.connect(f"file:{srv.run_dir / 'records.sqlite'}?mode=ro", uri=True) as db:
+        stored = [json.loads(m) for (m,) in db.execute("SELECT messages FROM turns WHERE session_id=? ORDER BY idx",
+                                                       (session["id"],))]
+    for turn, messages, n in ((t0, stored[0], int(cut)), (t1, stored[1], int(cut2))):
+        assert len(turn["prompt_token_ids"]) <= 2048 - 16
+        system = messages[0]["content"]  # what the model saw, for the teacher to re-render
+        assert f"[... {n} tokens of this message were cut" in system and system.startswith(SYSTEM[:100])
+    assert stored[0][1:] == [u1, ctx(1)] and stored[1][1:] == history[1:]  # the conversation: whole
+    refusing = make_server(extra=["--context-length", "2048", "--context-overflow", "error"])
+    status, _, body = openclaw_post(refusing, [{"role": "system", "content": SYSTEM}, u1])
+    assert status == 400 and json.loads(body)["error"]["code"] == "context_length_exceeded"
+    assert "--context-overflow trim" in json.loads(body)["error"]["message"]
+
+
+@pytest.mark.slow
+def test_smollm2_answers_an_openclaw_sized_prompt_by_cutting_its_system_prompt(make_server):
+    srv = make_server("smollm2-135m")
+    status, cut, text = openclaw_post(srv, [{"role": "system", "content": SYSTEM * 4}, {"role": "user", "content": "hi"}],
+                                      max_tokens=8)
+    assert status == 200 and int(cut) > 5000 and "data: [DONE]" in text, text
     assert srv.health()["status"] == "ok"

@@ -13,6 +13,8 @@ a whole response can always find it in the store.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import hmac
 import json
 import logging
@@ -39,6 +41,7 @@ from slime_ext.api.policy import (
     request_user,
 )
 from slime_ext.api.schemas import ChatRequest, parse_chat_request
+from slime_ext.chat.overflow import fit_messages
 from slime_ext.chat.prompt import PromptRenderer, stop_token_ids
 from slime_ext.chat.reply import ReplyParser
 from slime_ext.engines.base import EngineError, SamplingParams
@@ -47,6 +50,8 @@ from slime_ext.sessions import Assignment, SessionTracker, message_key
 from slime_ext.types import Turn
 
 log = logging.getLogger(__name__)
+
+CUT_HEADER = "X-OpenClaw-RL-Prompt-Tokens-Cut"  # tokens of the system prompt cut to fit the context
 
 
 @dataclass
@@ -66,6 +71,8 @@ class ServerSettings:
     body_timeout_s: float = 60.0  # a request body must arrive this long after its head
     keepalive_timeout_s: float = 75.0  # idle keep-alive connections are closed after this
     max_connections: int = 1000  # open connections; past it the longest-waiting idle one is closed
+    # a prompt past the context: "trim" (cut the middle of the longest system message, chat/overflow.py) or "error"
+    context_overflow: str = "trim"
 
 
 class ChatServer:
@@ -170,7 +177,7 @@ class ChatServer:
     async def _cors_headers(self, request: web.Request, response: web.StreamResponse) -> None:
         if request.get("cors"):
             response.headers["Access-Control-Allow-Origin"] = request.headers["Origin"]
-            response.headers["Access-Control-Expose-Headers"] = "X-Session-Id"
+            response.headers["Access-Control-Expose-Headers"] = f"X-Session-Id, {CUT_HEADER}"
             response.headers["Vary"] = "Origin"
 
     @web.middleware
@@ -273,15 +280,10 @@ class ChatServer:
         except RecursionError:  # e.g. 100000 nested '[': the decoder gives up before finding an error
             raise ApiError("the request body could not be parsed as JSON: it is nested too deeply", code="invalid_json") from None
         req = parse_chat_request(body)
-        prompt_ids = await self._render(req)
+        wanted = min(req.max_tokens or self.settings.default_max_tokens, self.settings.max_tokens_cap)
+        seen, prompt_ids, cut = await self._fit(req, wanted)
         ctx = self.engine.context_length
-        if len(prompt_ids) >= ctx:
-            raise ApiError(
-                f"the prompt is {len(prompt_ids)} tokens, but this model's context is {ctx} tokens "
-                f"({self.settings.model_name}); shorten the messages or serve a model with a longer context",
-                param="messages", code="context_length_exceeded",
-            )
-        max_new = min(req.max_tokens or self.settings.default_max_tokens, self.settings.max_tokens_cap, ctx - len(prompt_ids))
+        max_new = min(wanted, ctx - len(prompt_ids))
         defaults = self.settings.sampling  # the request's own values win
         sampling = SamplingParams(
             temperature=defaults.temperature if req.temperature is None else req.temperature,
@@ -297,7 +299,9 @@ class ChatServer:
         assignment = self.tracker.assign(req.messages, headers, user)
         if assignment.next_state_for is not None and self.judge_worker:
             self.judge_worker.notify()
-        gen = _Generation(self, req, prompt_ids, sampling, assignment, user, received)
+        # the turn records the messages the model saw (a cut system prompt); the tracker matched the sent ones
+        gen = _Generation(self, dataclasses.replace(req, messages=seen), prompt_ids, sampling, assignment, user,
+                          received, cut)
         self.in_flight += 1
         self.metrics.inc("openclaw_requests_total", help="Chat requests accepted", stream=str(req.stream).lower())
         try:
@@ -317,12 +321,37 @@ class ChatServer:
                            code="request_timeout") from None
         return decode_body(raw, request.headers.get("Content-Encoding"), self.settings.max_body_bytes)
 
-    async def _render(self, req: ChatRequest) -> list[int]:
-        """Prompt token ids, rendered in the render thread (seconds for a huge prompt), off the event loop."""
+    async def _fit(self, req: ChatRequest, wanted: int) -> tuple[list[dict[str, Any]], list[int], int]:
+        """``(messages as the model sees them, prompt ids, tokens cut)``, rendered in the render thread (seconds
+        for a huge prompt), off the event loop. A prompt that does not fit the context leaves room for ``wanted``
+        new tokens (at most a quarter of the context) by cutting the system prompt's middle
+        (``chat/overflow.py``), or is refused with ``context_overflow: error``."""
+        ctx = self.engine.context_length
+        render = functools.partial(self._render, tools=req.tools, tool_choice=req.tool_choice)
         loop = asyncio.get_running_loop()
+        ids = await loop.run_in_executor(self._render_pool, render, req.messages)
+        if len(ids) < ctx:
+            return req.messages, ids, 0
+        refusal = (f"the prompt is {len(ids)} tokens, but this model's context is {ctx} tokens "
+                   f"({self.settings.model_name})")
+        if self.settings.context_overflow != "trim":
+            raise ApiError(f"{refusal}; shorten the messages, serve a model with a longer context, or serve with "
+                           "--context-overflow trim", param="messages", code="context_length_exceeded")
+        tok = self.tokenizer
+        fit = functools.partial(fit_messages, render=render, budget=ctx - min(wanted, ctx // 4), context=ctx,
+                                encode=lambda t: tok.encode(t, add_special_tokens=False), decode=tok.decode)
         try:
-            return await loop.run_in_executor(self._render_pool, self.renderer.render, req.messages, req.tools,
-                                              req.tool_choice)
+            seen, ids, cut = await loop.run_in_executor(self._render_pool, fit, req.messages)
+        except ValueError as e:
+            raise ApiError(str(e), param="messages", code="context_length_exceeded") from None
+        log.info("prompt of %d tokens cut by %d to fit the %d-token context (the system prompt's middle)",
+                 len(ids) + cut, cut, ctx)
+        self.metrics.inc("openclaw_prompt_tokens_cut_total", cut, help="System-prompt tokens cut to fit the context")
+        return seen, ids, cut
+
+    def _render(self, messages: list[dict[str, Any]], tools, tool_choice) -> list[int]:
+        try:
+            return self.renderer.render(messages, tools, tool_choice)
         except Exception as e:  # a template that cannot render these messages
             raise ApiError(f"the chat template could not render these messages: {e}", param="messages") from None
 
@@ -330,8 +359,10 @@ class ChatServer:
 class _Generation:
     """One chat completion: runs the engine, feeds the parser, records the turn."""
 
-    def __init__(self, server: ChatServer, req: ChatRequest, prompt_ids, sampling, assignment: Assignment, user, received):
+    def __init__(self, server: ChatServer, req: ChatRequest, prompt_ids, sampling, assignment: Assignment, user, received,
+                 cut: int = 0):
         self.s = server
+        self.cut = cut  # system-prompt tokens cut to fit the context (reported in a response header)
         self.req = req
         self.prompt_ids = prompt_ids
         self.sampling = sampling
@@ -429,8 +460,12 @@ class _Generation:
                 "id": self.id, "object": "chat.completion", "created": self.created, "model": self.s.settings.model_name,
                 "choices": [{"index": 0, "message": self.message(), "finish_reason": self.finish_reason, "logprobs": None}],
                 "usage": self.usage(),
-            }
+            }, headers=self.headers()
         )
+
+    def headers(self) -> dict[str, str]:
+        """What the response says besides the body: how many prompt tokens were cut to fit, if any."""
+        return {CUT_HEADER: str(self.cut)} if self.cut else {}
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
         body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.s.settings.model_name,
@@ -439,7 +474,7 @@ class _Generation:
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                           "X-Session-Id": self.a.client_session_id})
+                                           "X-Session-Id": self.a.client_session_id, **self.headers()})
         await resp.prepare(request)
         try:
             await resp.write(self._chunk({"role": "assistant", "content": ""}))
