@@ -22,6 +22,10 @@ http_server.py``, ``managers/tokenizer_manager.py``, ``io_struct.py``):
   (``new_version``), ``POST /update_weights_from_disk`` (``model_path``, ``weight_version``: the
   local engine swaps in that checkpoint), ``GET /model_info``, ``GET /get_model_info``,
   ``GET /v1/models`` (``max_model_len``), ``GET /health``, ``GET /health_generate``.
+- ``POST /load_lora_adapter`` (``lora_name``, ``lora_path``: a PEFT adapter folder; the local engine merges it
+  in) and ``POST /unload_lora_adapter`` (``lora_name``); a ``/generate`` naming an adapter (``lora_path``)
+  that is not loaded gets 400. The local engine holds one set of weights: a stream still naming the previous
+  adapter decodes on the new one until its client moves it (SGLang would keep serving the old adapter).
 - ``--api-key``: every request must carry ``Authorization: Bearer <key>`` (401 otherwise).
 - ``image_data`` (a vision-language model; ``image_processor`` and ``image_token_id`` given): one
   ``data:image/...;base64,`` URL per run of the image token in ``input_ids``, in order, each run as long
@@ -78,6 +82,8 @@ class FakeSGLangServer:
         self.image_processor = image_processor
         self.image_token_id = image_token_id
         self.image_sizes: list[list[tuple[int, int]]] = []  # per request with images: each image's (w, h)
+        self.adapters: dict[str, int] = {}  # loaded LoRA adapters: name -> the local engine's version for it
+        self.lora_calls: list[tuple[str, str]] = []  # ("load" | "unload", adapter name), in order
         self.runner: web.AppRunner | None = None
         self.url = ""
 
@@ -91,6 +97,8 @@ class FakeSGLangServer:
         app.router.add_post("/abort_request", self.abort_request)
         app.router.add_post("/update_weight_version", self.update_weight_version)
         app.router.add_post("/update_weights_from_disk", self.update_weights_from_disk)
+        app.router.add_post("/load_lora_adapter", self.load_lora_adapter)
+        app.router.add_post("/unload_lora_adapter", self.unload_lora_adapter)
         app.router.add_get("/model_info", self.model_info)
         app.router.add_get("/get_model_info", self.model_info)
         app.router.add_get("/v1/models", self.models)
@@ -205,6 +213,8 @@ class FakeSGLangServer:
             error = "input_ids is required (this test server does not tokenize text)"
         elif body.get("image_data") is not None:
             error = self._check_images(ids, body["image_data"])
+        elif body.get("lora_path") is not None and body["lora_path"] not in self.adapters:
+            error = f"LoRA adapter {body['lora_path']!r} is not loaded (loaded: {sorted(self.adapters)})"
         elif len(ids) >= ctx:
             error = f"The input ({len(ids)} tokens) is longer than the model's context length ({ctx} tokens)."
         elif max_new + len(ids) >= ctx:
@@ -223,6 +233,28 @@ class FakeSGLangServer:
             out = await self._score_only(body, ids, rid)
             return await _finish(resp, out) if stream else web.json_response(out)
         return await self._decode(resp, body, ids, sp, max_new, rid)
+
+    async def load_lora_adapter(self, request: web.Request) -> web.Response:
+        body = await _json(request)
+        name, path = body.get("lora_name"), body.get("lora_path")
+        if not name or not path:
+            return web.json_response({"success": False, "error_message": "lora_name and lora_path are required"},
+                                     status=400)
+        version = max(self.adapters.values(), default=0) + 1
+        try:
+            await self.engine.swap(path, version)
+        except EngineError as e:
+            return web.json_response({"success": False, "error_message": str(e)}, status=400)
+        self.adapters[name] = version
+        self.lora_calls.append(("load", name))
+        return web.json_response({"success": True, "loaded_adapters": dict(self.adapters)})
+
+    async def unload_lora_adapter(self, request: web.Request) -> web.Response:
+        name = (await _json(request)).get("lora_name")
+        if self.adapters.pop(name, None) is None:
+            return web.json_response({"success": False, "error_message": f"{name!r} is not loaded"}, status=400)
+        self.lora_calls.append(("unload", name))
+        return web.json_response({"success": True, "loaded_adapters": dict(self.adapters)})
 
     def _check_images(self, ids: list[int], image_data) -> str | None:
         """What is wrong with a request's images (None: nothing); see the module docstring."""

@@ -392,3 +392,81 @@ async def test_chat_completions_served_through_sglang_end_to_end(local, model_di
     finally:
         await runner.cleanup()
         store.close()
+
+
+@pytest.fixture(scope="module")
+def adapter(model_dir, tmp_path_factory):
+    """A LoRA adapter of the tiny model, saved as the trainer saves its checkpoints (PEFT), with non-zero B."""
+    from transformers import AutoModelForCausalLM
+
+    from slime_ext.trainers.loop import TrainerConfig, wrap_lora
+
+    torch.manual_seed(0)
+    model = wrap_lora(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), TrainerConfig(lora_rank=4))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    out = tmp_path_factory.mktemp("adapter") / "v1"
+    model.save_pretrained(out)
+    return out
+
+
+async def test_an_in_place_lora_swap_under_8_streams_fails_none_and_versions_every_token(model_dir, adapter,
+                                                                                         make_server, make_engine):
+    """``serve --engine sglang``: the trainer's adapter is loaded into the running server while 8 streams decode.
+    None fails; tokens before the load carry version 0 and after it 1 (the streams were moved onto the new adapter
+    and re-sent from where they were: the re-sent prompt is the old one plus exactly the tokens already streamed);
+    new requests name the new adapter; a frozen-base request names none."""
+    own = LocalEngine(model_dir, dtype="float32", threads=1, prefix_cache_tokens=0)
+    try:
+        srv = await make_server(own, token_delay_s=0.02)
+        eng = await make_engine(srv.url, lora=True)
+        streams = prompts(8)
+        got: list[list] = [[] for _ in streams]
+
+        async def one(i):
+            async for t in eng.generate(streams[i], SamplingParams(max_new_tokens=30, temperature=1.0, seed=i)):
+                got[i].append(t)
+
+        tasks = [asyncio.create_task(one(i)) for i in range(8)]
+        while sum(len(g) for g in got) < 8 * 5:  # every stream is well under way
+            await asyncio.sleep(0.01)
+        await eng.swap(adapter, 1)
+        await asyncio.gather(*tasks)  # none raised
+        assert [len(g) for g in got] == [30] * 8
+        for g in got:
+            versions = [t.policy_version for t in g]
+            assert versions == sorted(versions) and set(versions) <= {0, 1}
+        assert sum(1 for g in got if {t.policy_version for t in g} == {0, 1}) >= 4  # the swap landed mid-stream
+        resent = [b for b in srv.requests if b.get("lora_path") == "openclaw-v1"]
+        for i, g in enumerate(got):  # each moved stream went on from exactly where it was
+            old = [t.token_id for t in g if t.policy_version == 0]
+            if len(old) < 30:
+                assert any(b["input_ids"] == streams[i] + old for b in resent), i
+        assert srv.lora_calls == [("load", "openclaw-v1")] and eng.policy_version == 1
+        base = [t async for t in eng.generate(streams[0], SamplingParams(max_new_tokens=2, frozen_base=True))]
+        assert len(base) == 2 and "lora_path" not in srv.requests[-1]  # the base weights: no adapter named
+        with pytest.raises(EngineError, match="loads LoRA adapters only"):
+            await eng.swap(adapter.parent, 2)  # not an adapter folder
+    finally:
+        await own.close()
+
+
+async def test_older_adapters_are_unloaded_and_a_client_without_lora_refuses_to_swap(model_dir, adapter, make_server,
+                                                                                    make_engine):
+    own = LocalEngine(model_dir, dtype="float32", threads=1, prefix_cache_tokens=0)
+    try:
+        srv = await make_server(own)
+        eng = await make_engine(srv.url, lora=True)
+        for v in (1, 2, 3):
+            await eng.swap(adapter, v)
+        assert sorted(srv.adapters) == ["openclaw-v2", "openclaw-v3"]  # the served one and the one before it
+        assert ("unload", "openclaw-v1") in srv.lora_calls
+        await collect(eng, prompts(1)[0])
+        assert srv.requests[-1]["lora_path"] == "openclaw-v3"
+        plain = await make_engine(srv.url)
+        with pytest.raises(EngineError, match="does not swap weights itself"):
+            await plain.swap(adapter, 4)
+    finally:
+        await own.close()

@@ -32,6 +32,14 @@ inside SGLang until generation continues. A server answering 503, or an abort fr
 arrives within ``pause_wait_s`` of the abort (or refusal), the request fails with an
 ``EngineError`` saying so. Tokens made after the sync carry the new weight version.
 
+In-place LoRA (``lora=True``: ``serve --engine sglang``, our trainer beside an SGLang server on the same GPU).
+``swap(adapter_folder, version)`` calls ``POST /load_lora_adapter {"lora_name": "openclaw-v<N>", "lora_path"}``
+(SGLang started with ``--enable-lora``), and from then on every ``/generate`` names it (``lora_path``); a request
+with ``frozen_base`` names none (the base weights: the ``self`` judge). Streams still running on the previous
+adapter are aborted (``/abort_request``) and re-sent from where they were on the new one, the way a pause is
+handled, so each token carries the version whose adapter computed it. The previous adapter stays loaded; older
+ones are unloaded (``/unload_lora_adapter``; SGLang's ``--max-loras-per-batch`` must be at least 2).
+
 Log-probs: SGLang's native ``/generate`` reports ``log_softmax(logits / temperature)`` of the
 sampled token, before top-p / top-k / min-p filtering, and ``log_softmax(logits)`` for greedy
 requests: the ``base.Engine`` invariant. Unless the server runs with
@@ -47,6 +55,7 @@ import logging
 import re
 import time
 import uuid
+from pathlib import Path
 from typing import Any, AsyncIterator, Sequence
 
 from slime_ext.engines.base import EngineError, SamplingParams, TokenOut
@@ -97,6 +106,7 @@ class SGLangEngine:
         connect_timeout_s: float = 10.0,
         context_length: int | None = None,
         max_connections: int = 512,
+        lora: bool = False,
     ) -> None:
         self.url = url.rstrip("/")
         self._api_key = api_key or None
@@ -110,7 +120,12 @@ class SGLangEngine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: set[asyncio.Task] = set()
         self.model_path: str | None = None
-        self.stats = {"requests": 0, "retries": 0, "aborted_by_server": 0, "tokens": 0}
+        self.stats = {"requests": 0, "retries": 0, "aborted_by_server": 0, "tokens": 0, "swaps": 0}
+        # lora: this client loads the trainer's adapters into the server itself (``swap``; see "In-place LoRA")
+        self.lora = lora
+        self._adapter: tuple[str, int] | None = None  # the adapter new requests name, and its version
+        self._loaded: list[str] = []  # adapters loaded in the server by this client, oldest first
+        self._streams: dict[str, str | None] = {}  # rid -> the adapter a running stream names ("": none; None: base)
 
     def __repr__(self) -> str:  # never shows the API key
         return f"SGLangEngine({self.url!r}, policy_version={self._version})"
@@ -164,7 +179,7 @@ class SGLangEngine:
         ``image_data`` (data URLs, in the order of their placeholder runs in ``prompt_ids``)."""
         if not prompt_ids:
             raise EngineError("prompt is empty")
-        if sampling.frozen_base:
+        if sampling.frozen_base and not self.lora:
             raise EngineError("frozen_base: SGLang serves only the weights Slime synced into it; there is no frozen "
                               "base model to sample from (use a judge other than `self`)")
         prompt = [int(t) for t in prompt_ids]
@@ -180,15 +195,17 @@ class SGLangEngine:
         first_why = ""
         failures = 0
         while len(produced) < budget and not (produced and produced[-1] in stops):
+            adapter = None if sampling.frozen_base else self._adapter  # frozen base: the weights without one
             payload = {
                 "input_ids": prompt + produced,
                 "sampling_params": self._sampling_params(sampling, budget - len(produced)),
                 "return_logprob": True,
                 "stream": True,
                 **({"image_data": image_data} if image_data else {}),
+                **({"lora_path": adapter[0]} if adapter else {}),
             }
             before = len(produced)
-            stream = self._stream(payload, deadline)
+            stream = self._stream(payload, deadline, self._version if self.lora else None, sampling.frozen_base)
             try:
                 async for out in stream:
                     produced.append(out.token_id)
@@ -223,6 +240,7 @@ class SGLangEngine:
             "return_logprob": True,
             "logprob_start_len": start - 1,
             "stream": False,
+            **({"lora_path": self._adapter[0]} if self._adapter else {}),  # scored by the served policy
         }
         deadline: float | None = None
         first_why = ""
@@ -248,8 +266,29 @@ class SGLangEngine:
         return [float(it[0]) for it in items]
 
     async def swap(self, update: Any, version: int) -> None:
-        raise EngineError("the SGLang engine does not swap weights itself: with Slime, Slime syncs the trained "
-                          "weights into SGLang (update_weights_from_*) and the new weight_version is read from it")
+        """In-place LoRA (``lora=True``): load the adapter folder ``update`` into the server under a new name that
+        new requests name from now on; running streams on an older adapter are aborted and re-sent from where
+        they were with the new one, so every token carries the version that computed it; adapters older than the
+        previous one are unloaded. No pause, no restart."""
+        if not self.lora:
+            raise EngineError("the SGLang engine does not swap weights itself: with Slime, Slime syncs the trained "
+                              "weights into SGLang (update_weights_from_*) and the new weight_version is read from "
+                              "it; a server of ours on SGLang loads LoRA adapters (SGLangEngine(lora=True))")
+        folder = Path(update) if isinstance(update, (str, Path)) else None
+        if folder is None or not (folder / "adapter_config.json").is_file():
+            raise EngineError(f"the SGLang engine loads LoRA adapters only (a folder with adapter_config.json), not "
+                              f"{type(update).__name__ if folder is None else folder}: full-weight training needs the "
+                              "embedded engine (--engine local) or Slime")
+        name = f"openclaw-v{version}"
+        await self._post_json("/load_lora_adapter", {"lora_name": name, "lora_path": str(folder.resolve())})
+        self._loaded.append(name)
+        self._adapter, self._version = (name, version), version
+        self.stats["swaps"] += 1
+        stale = [rid for rid, lora in self._streams.items() if lora is not None and lora != name]
+        await asyncio.gather(*(self._post_json("/abort_request", {"rid": rid}, quiet=True) for rid in stale))
+        while len(self._loaded) > 2:  # the current adapter and the one before it stay loaded
+            await self._post_json("/unload_lora_adapter", {"lora_name": self._loaded.pop(0)}, quiet=True)
+        log.info("LoRA adapter v%d loaded into %s (%d running streams moved onto it)", version, self.url, len(stale))
 
     async def close(self) -> None:
         if self._background:
@@ -397,11 +436,32 @@ class SGLangEngine:
             raise _Retry(f"aborted by the server: {message}")
         raise EngineError(f"SGLang aborted the request (status {status}): {message}")
 
-    async def _stream(self, payload: dict[str, Any], deadline: float | None) -> AsyncIterator[TokenOut]:
-        """One streaming ``/generate``: yields its new tokens; raises ``_Retry`` when it was cut short."""
+    async def _post_json(self, path: str, body: dict[str, Any], quiet: bool = False) -> dict[str, Any]:
+        """POST ``body`` to ``path``; EngineError when it fails (``quiet``: logged instead, for best-effort calls)."""
+        try:
+            async with _timeout(self.timeout_s):
+                async with self._client().post(self.url + path, json=body, headers=self._headers()) as resp:
+                    text = await resp.text()
+                    if resp.status >= 400:
+                        self._check_status(resp.status, text, path)
+            out = json.loads(text) if text.strip() else {}
+            if isinstance(out, dict) and out.get("success") is False:
+                raise EngineError(f"SGLang {path} failed: {out.get('error_message') or out.get('message') or out}")
+            return out if isinstance(out, dict) else {}
+        except Exception as e:
+            if not quiet:
+                raise e if isinstance(e, EngineError) else EngineError(f"SGLang {path} failed: {e}") from None
+            log.warning("SGLang %s %s: %s", path, body, e)
+            return {}
+
+    async def _stream(self, payload: dict[str, Any], deadline: float | None, version: int | None = None,
+                      frozen_base: bool = False) -> AsyncIterator[TokenOut]:
+        """One streaming ``/generate``: yields its new tokens, with ``version`` (else the server's
+        ``weight_version``); raises ``_Retry`` when it was cut short."""
         import aiohttp
 
         rid = payload["rid"] = "openclaw-" + uuid.uuid4().hex
+        self._streams[rid] = None if frozen_base else payload.get("lora_path", "")  # what a swap moves
         self.stats["requests"] += 1
         seen = 0
         finished = False
@@ -438,12 +498,10 @@ class SGLangEngine:
                             raise _Retry(message)
                         raise EngineError(f"SGLang /generate failed: {message}")
                     meta = chunk.get("meta_info") or {}
-                    version = self._note_version(meta.get("weight_version"))
-                    if version is None:
-                        version = self._version
+                    served = version if version is not None else self._note_version(meta.get("weight_version"))
                     for item in _new_items(meta, seen):
                         seen += 1
-                        yield TokenOut(int(item[1]), float(item[0]), version)
+                        yield TokenOut(int(item[1]), float(item[0]), self._version if served is None else served)
                     wait = self.timeout_s
                     if meta.get("finish_reason") is not None:
                         finished = True
@@ -460,6 +518,7 @@ class SGLangEngine:
                 raise EngineError(f"the SGLang server at {self.url} sent nothing for {wait:g}s "
                                   f"({seen} tokens into the request)") from None
         finally:
+            self._streams.pop(rid, None)
             if resp is not None:
                 if finished:
                     resp.release()  # the connection goes back to the pool
