@@ -51,6 +51,12 @@ def _add_serving_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
     p.add_argument("--device", help=f"where the engine and the trainer compute: auto (the first CUDA GPU, else the "
                                      f"CPU), cpu, cuda or cuda:N; a GPU that is not there is refused at once "
                                      f"[{d.device}]")
+    p.add_argument("--engine", choices=["local", "sglang"],
+                   help=f"who serves: local (the embedded engine) or sglang (an SGLang server at --sglang-url on the "
+                        f"same model, started with --enable-lora; each trained LoRA version is loaded into it in "
+                        f"place) [{d.engine}]")
+    p.add_argument("--sglang-url", help="the SGLang server's address, e.g. http://127.0.0.1:30001 (with --engine "
+                                        "sglang; its API key from $SGLANG_API_KEY)")
     p.add_argument("--threads", type=int, help="torch threads for the engine [all cores]")
     p.add_argument("--max-batch-size", type=int, help=f"sequences decoded together [{d.max_batch_size}]")
     p.add_argument("--prefix-cache-tokens", type=int, help=f"prompt KV kept for reuse across requests, in tokens; 0: off [{d.prefix_cache_tokens}]")

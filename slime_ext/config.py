@@ -38,6 +38,10 @@ class ServeConfig(LearningConfig):
     served_model_name: str = ""  # the id /v1/models reports; default: the --model value
     dtype: str = "auto"  # auto = float32 on CPUs, bfloat16 on CUDA (see docs/engine.md, the dtype section)
     device: str = "auto"  # engine and trainer: auto (the first CUDA GPU, else the CPU), cpu, cuda or cuda:N
+    # who serves: "local" (the embedded engine) or "sglang" (an SGLang server at sglang_url, started with
+    # --enable-lora, on the same model; the trainer's LoRA adapters are loaded into it in place)
+    engine: str = "local"
+    sglang_url: str = ""
     threads: int = 0  # 0: all cores
     max_batch_size: int = 32
     prefix_cache_tokens: int = 32768  # KV of recent prompts kept for reuse; 0 turns it off
@@ -149,8 +153,19 @@ class ServeConfig(LearningConfig):
         check_device_spec(self.device)
         if self.context_overflow not in ("trim", "error"):
             raise ValueError(f"context_overflow {self.context_overflow!r}: expected trim or error")
+        self._validate_engine()
         self._validate_http()
         return self
+
+    def _validate_engine(self) -> None:
+        """``engine: sglang`` needs its URL, and LoRA training (SGLang loads adapters, not whole weights)."""
+        if self.engine not in ("local", "sglang"):
+            raise ValueError(f"engine {self.engine!r}: expected local or sglang")
+        if self.engine == "sglang" and not self.sglang_url.startswith(("http://", "https://")):
+            raise ValueError("engine sglang needs sglang_url, the SGLang server's http:// address (--sglang-url)")
+        if self.engine == "sglang" and self.method != "none" and self.lora_rank <= 0:
+            raise ValueError("engine sglang trains LoRA adapters (it loads them into SGLang in place): lora_rank "
+                             "must be > 0")
 
     def _validate_plugins(self) -> None:
         """Built-in judge and policy loss, or the user's that load (``slime_ext.plugins``: the error says why not)."""

@@ -31,7 +31,7 @@ def build_server(cfg: ServeConfig, engine=None, tokenizer=None):
     from slime_ext.sessions import SessionTracker
     from slime_ext.store import Store
 
-    embedded = engine is None
+    embedded = engine is None  # we make the engine (and swap each trained version into it)
     if embedded:  # a GPU that is not there is refused before a model is converted or loaded
         from slime_ext.engines.device import resolve_device
 
@@ -40,7 +40,11 @@ def build_server(cfg: ServeConfig, engine=None, tokenizer=None):
     model_dir = resolve_model(cfg.model, progress=log.info) if embedded or tokenizer is None else None
     if tokenizer is None:
         tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    if embedded:
+    if embedded and cfg.engine == "sglang":  # connected (refresh) on the serving loop: run_server
+        from slime_ext.engines.sglang import SGLangEngine
+
+        engine = SGLangEngine(cfg.sglang_url, api_key=os.environ.get("SGLANG_API_KEY"), lora=True)
+    elif embedded:
         threads = cfg.threads or (max(1, (os.cpu_count() or 1) - 1) if cfg.method != "none" else None)
         engine = LocalEngine(
             model_dir, dtype=cfg.dtype, threads=threads,
@@ -159,6 +163,8 @@ def run_server(cfg: ServeConfig) -> None:
     from slime_ext.trainers.process import start_trainer_process
 
     async def main() -> None:
+        if cfg.engine == "sglang":  # the SGLang server's context length and version, on this loop
+            await server.engine.refresh()
         await server.checkpoints.check()  # after a restart, serve the latest trained version from the start
         trainer = None
         if cfg.method != "none":
@@ -169,12 +175,11 @@ def run_server(cfg: ServeConfig) -> None:
         await runner.setup()
         listener = await server.guard.listen(runner.server, cfg.host, cfg.port)
         background = start_background(server)
-        log.info(
-            "serving %s (%s, %d threads, policy v%d, context %d) at http://%s:%d/v1; records in %s",
-            server.settings.model_name, str(server.engine.dtype).removeprefix("torch."), server.engine.threads,
-            server.engine.policy_version, server.engine.context_length,
-            cfg.host, cfg.port, run_dir,
-        )
+        eng = server.engine
+        where = (f"SGLang at {cfg.sglang_url}" if cfg.engine == "sglang" else
+                 f"{str(eng.dtype).removeprefix('torch.')} on {eng.device}, {eng.threads} threads")
+        log.info("serving %s (%s, policy v%d, context %d) at http://%s:%d/v1; records in %s",
+                 server.settings.model_name, where, eng.policy_version, eng.context_length, cfg.host, cfg.port, run_dir)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
