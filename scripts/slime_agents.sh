@@ -336,7 +336,10 @@ agent_launch() {
    openclaw_ray_commands "${RAY_GPU_LIST}" "$((ACTOR_GPUS + ROLLOUT_GPUS))"
    local ray_start_cmd=("${OPENCLAW_RAY_START_CMD[@]}")
    local placement=(--rollout-num-gpus "$((ROLLOUT_GPUS * NUM_NODES))")
-   ((AGENT_COLOCATE)) && placement=(--colocate) # Slime gives the rollout every actor GPU, in turn
+   if ((AGENT_COLOCATE)); then
+      placement=(--colocate) # Slime gives the rollout every actor GPU, in turn
+      ((NUM_NODES > 1)) || openclaw_one_gpu_args
+   fi
    local submit_cmd=("${OPENCLAW_SUBMIT_CMD[@]}" python3 "${AGENT_TRAIN_PY}"
       --actor-num-nodes "${NUM_NODES}"
       --actor-num-gpus-per-node "${ACTOR_GPUS}"

@@ -23,6 +23,10 @@
 #   NUM_GPUS         GPUs on this node (default: nvidia-smi's count, else 8)
 #   ACTOR_GPUS, ROLLOUT_GPUS, PRM_GPUS   training / SGLang rollout / judge GPUs (8 GPUs: 4 / 2 / 2;
 #                    4 / 4 / 0 with JUDGE_URL or JUDGE=heuristic)
+#   COLOCATE=1       training and serving share the GPUs in turn (Slime's --colocate, with train.py): the way
+#                    to run on ONE GPU (NUM_GPUS=1). SGLang is offloaded while a step trains, so requests wait
+#                    for the step (up to the client's pause_wait_s); the optimizer state goes to the CPU on one
+#                    GPU; the judge is JUDGE_URL or the heuristic (no GPU is left for a judge model)
 #   PORT, HOST       where the OpenAI-compatible server listens (default 30000 on 0.0.0.0)
 #   API_KEY          the key clients must send (written to the plugin config, mode 600; never printed)
 #   JUDGE_URL        an external OpenAI-compatible judge (then JUDGE_MODEL, optional JUDGE_KEY); without it
@@ -241,6 +245,58 @@ openclaw_runtime_env() {
 
 # ------------------------------------------------------------------------------------------------ settings
 
+# The separate-GPU split (train_async.py): ACTOR_GPUS train, ROLLOUT_GPUS serve, PRM_GPUS judge ($1: 1 when
+# the judge is a model of ours, which then gets the GPUs left over).
+openclaw_split_gpus() {
+   local own_judge="$1"
+   ACTOR_GPUS="${ACTOR_GPUS:-$((NUM_GPUS / 2))}"
+   openclaw_is_uint "$ACTOR_GPUS" || openclaw_die "ACTOR_GPUS=${ACTOR_GPUS}: expected a number"
+   if ((own_judge)); then
+      ROLLOUT_GPUS="${ROLLOUT_GPUS:-$((NUM_GPUS >= 4 ? NUM_GPUS / 4 : 1))}"
+   else
+      ROLLOUT_GPUS="${ROLLOUT_GPUS:-$((NUM_GPUS - ACTOR_GPUS))}"
+   fi
+   openclaw_is_uint "$ROLLOUT_GPUS" || openclaw_die "ROLLOUT_GPUS=${ROLLOUT_GPUS}: expected a number"
+   local rest=$((NUM_GPUS - ACTOR_GPUS - ROLLOUT_GPUS))
+   ((rest >= 0 && own_judge)) || rest=0
+   PRM_GPUS="${PRM_GPUS:-$rest}"
+   openclaw_is_uint "$PRM_GPUS" || openclaw_die "PRM_GPUS=${PRM_GPUS}: expected a number"
+   ((ACTOR_GPUS >= 1 && ROLLOUT_GPUS >= 1)) ||
+      openclaw_die "train_async.py needs separate training and rollout GPUs: ACTOR_GPUS=${ACTOR_GPUS}, ROLLOUT_GPUS=${ROLLOUT_GPUS} (NUM_GPUS=${NUM_GPUS}); on one GPU use COLOCATE=1 (train.py: training and serving take turns on it)"
+   if [[ -n $JUDGE_URL ]] && ((PRM_GPUS > 0)); then
+      openclaw_die "JUDGE_URL is set and PRM_GPUS=${PRM_GPUS}: use an external judge (JUDGE_URL) or a judge on PRM_GPUS, not both"
+   fi
+   if [[ $JUDGE == heuristic || $JUDGE == off ]] && ((PRM_GPUS > 0)); then
+      openclaw_die "JUDGE=${JUDGE} with PRM_GPUS=${PRM_GPUS}: a ${JUDGE} judge needs no GPUs"
+   fi
+   ((ACTOR_GPUS + ROLLOUT_GPUS + PRM_GPUS <= NUM_GPUS)) ||
+      openclaw_die "ACTOR_GPUS + ROLLOUT_GPUS + PRM_GPUS must be <= NUM_GPUS (${ACTOR_GPUS} + ${ROLLOUT_GPUS} + ${PRM_GPUS} > ${NUM_GPUS})"
+   OPENCLAW_TRAIN_PY=train_async.py
+}
+
+# On one GPU (colocated, ACTOR_GPUS=1) the Adam state lives on the CPU (Megatron's optimizer offload): full-parameter
+# Qwen3-4B then needs its bf16 weights and fp32 gradients on the GPU (~8 + 16 GB) plus activations, while SGLang is
+# offloaded; a model of 8B or more does not fit one 80 GB GPU this way (Slime v0.3.1 has no LoRA).
+openclaw_one_gpu_args() {
+   ((ACTOR_GPUS == 1)) || return 0
+   OPTIMIZER_ARGS+=(--optimizer-cpu-offload --overlap-cpu-optimizer-d2h-h2d --use-precision-aware-optimizer)
+   openclaw_note "one GPU: the optimizer state is on the CPU (--optimizer-cpu-offload); fits Qwen3-4B full-parameter training on an 80 GB GPU by estimate, not 8B or larger"
+}
+
+# COLOCATE=1 (train.py): every GPU trains, and serves while no step trains (Slime's --colocate offloads one for
+# the other). No GPU is left for a judge model: JUDGE_URL or the heuristic.
+openclaw_colocated_split() {
+   ACTOR_GPUS="${ACTOR_GPUS:-$NUM_GPUS}"
+   if ! openclaw_is_uint "$ACTOR_GPUS" || ((ACTOR_GPUS < 1 || ACTOR_GPUS > NUM_GPUS)); then
+      openclaw_die "ACTOR_GPUS=${ACTOR_GPUS}: expected 1 .. NUM_GPUS (${NUM_GPUS}) with COLOCATE=1"
+   fi
+   ((${ROLLOUT_GPUS:-0} == 0 && ${PRM_GPUS:-0} == 0)) ||
+      openclaw_die "COLOCATE=1: training and serving share ACTOR_GPUS, so ROLLOUT_GPUS and PRM_GPUS must be unset or 0 (a judge model needs its own GPUs: use JUDGE_URL, or the heuristic judge)"
+   ROLLOUT_GPUS=0
+   PRM_GPUS=0
+   OPENCLAW_TRAIN_PY=train.py
+}
+
 openclaw_settings() {
    OPENCLAW_METHOD="${1:-}"
    case "$OPENCLAW_METHOD" in
@@ -269,28 +325,16 @@ openclaw_settings() {
    # judge is external or not a model, then they serve rollouts too (8 GPUs: 4 / 2 / 2, or 4 / 4 / 0).
    local own_judge=1
    if [[ -n $JUDGE_URL || $JUDGE == heuristic || $JUDGE == off ]]; then own_judge=0; fi
-   ACTOR_GPUS="${ACTOR_GPUS:-$((NUM_GPUS / 2))}"
-   openclaw_is_uint "$ACTOR_GPUS" || openclaw_die "ACTOR_GPUS=${ACTOR_GPUS}: expected a number"
-   if ((own_judge)); then
-      ROLLOUT_GPUS="${ROLLOUT_GPUS:-$((NUM_GPUS >= 4 ? NUM_GPUS / 4 : 1))}"
+   case "${COLOCATE:-0}" in
+      1 | true | yes | on) OPENCLAW_COLOCATE=1 ;;
+      0 | false | no | off | "") OPENCLAW_COLOCATE=0 ;;
+      *) openclaw_die "COLOCATE=${COLOCATE}: expected 1 (training and serving share the GPUs in turn) or 0" ;;
+   esac
+   if ((OPENCLAW_COLOCATE)); then
+      openclaw_colocated_split
    else
-      ROLLOUT_GPUS="${ROLLOUT_GPUS:-$((NUM_GPUS - ACTOR_GPUS))}"
+      openclaw_split_gpus "$own_judge"
    fi
-   openclaw_is_uint "$ROLLOUT_GPUS" || openclaw_die "ROLLOUT_GPUS=${ROLLOUT_GPUS}: expected a number"
-   local rest=$((NUM_GPUS - ACTOR_GPUS - ROLLOUT_GPUS))
-   ((rest >= 0 && own_judge)) || rest=0
-   PRM_GPUS="${PRM_GPUS:-$rest}"
-   openclaw_is_uint "$PRM_GPUS" || openclaw_die "PRM_GPUS=${PRM_GPUS}: expected a number"
-   ((ACTOR_GPUS >= 1 && ROLLOUT_GPUS >= 1)) ||
-      openclaw_die "train_async.py needs separate training and rollout GPUs: ACTOR_GPUS=${ACTOR_GPUS}, ROLLOUT_GPUS=${ROLLOUT_GPUS} (NUM_GPUS=${NUM_GPUS})"
-   if [[ -n $JUDGE_URL ]] && ((PRM_GPUS > 0)); then
-      openclaw_die "JUDGE_URL is set and PRM_GPUS=${PRM_GPUS}: use an external judge (JUDGE_URL) or a judge on PRM_GPUS, not both"
-   fi
-   if [[ $JUDGE == heuristic || $JUDGE == off ]] && ((PRM_GPUS > 0)); then
-      openclaw_die "JUDGE=${JUDGE} with PRM_GPUS=${PRM_GPUS}: a ${JUDGE} judge needs no GPUs"
-   fi
-   ((ACTOR_GPUS + ROLLOUT_GPUS + PRM_GPUS <= NUM_GPUS)) ||
-      openclaw_die "ACTOR_GPUS + ROLLOUT_GPUS + PRM_GPUS must be <= NUM_GPUS (${ACTOR_GPUS} + ${ROLLOUT_GPUS} + ${PRM_GPUS} > ${NUM_GPUS})"
    local n_ray=$((ACTOR_GPUS + ROLLOUT_GPUS))
    RAY_GPU_LIST="$(IFS=,; echo "${OPENCLAW_GPU_IDS[*]:0:n_ray}")"
    JUDGE_GPU_LIST=""
@@ -659,10 +703,15 @@ openclaw_launch() {
    openclaw_ray_commands "${RAY_GPU_LIST}" "$((ACTOR_GPUS + ROLLOUT_GPUS))"
    local ray_start_cmd=("${OPENCLAW_RAY_START_CMD[@]}")
 
-   local submit_cmd=("${OPENCLAW_SUBMIT_CMD[@]}" python3 train_async.py
+   local placement=(--rollout-num-gpus "${ROLLOUT_GPUS}")
+   if ((OPENCLAW_COLOCATE)); then
+      placement=(--colocate) # Slime gives the rollout every actor GPU, in turn
+      openclaw_one_gpu_args
+   fi
+   local submit_cmd=("${OPENCLAW_SUBMIT_CMD[@]}" python3 "${OPENCLAW_TRAIN_PY}"
       --actor-num-nodes 1
       --actor-num-gpus-per-node "${ACTOR_GPUS}"
-      --rollout-num-gpus "${ROLLOUT_GPUS}"
+      "${placement[@]}"
       --num-gpus-per-node "$((ACTOR_GPUS + ROLLOUT_GPUS))"
       "${MODEL_ARGS[@]}"
       "${CKPT_ARGS[@]}"
@@ -676,7 +725,11 @@ openclaw_launch() {
 
    openclaw_note "openclaw-rl on Slime: method ${OPENCLAW_METHOD}$(openclaw_is_dry_run && echo ' (DRY_RUN=1: nothing is started)')"
    openclaw_note "Slime: ${SLIME_DIR}   Megatron: ${MEGATRON_DIR}   model: ${HF_CKPT} (torch_dist: ${REF_LOAD})"
-   openclaw_note "GPUs: actor ${ACTOR_GPUS} + rollout ${ROLLOUT_GPUS} on ${RAY_GPU_LIST} (Ray); judge ${PRM_GPUS}${JUDGE_GPU_LIST:+ on ${JUDGE_GPU_LIST}} (NVLink: ${OPENCLAW_HAS_NVLINK})"
+   if ((OPENCLAW_COLOCATE)); then
+      openclaw_note "GPUs: training and serving take turns on ${RAY_GPU_LIST} (COLOCATE=1, ${OPENCLAW_TRAIN_PY}): requests wait while a step trains"
+   else
+      openclaw_note "GPUs: actor ${ACTOR_GPUS} + rollout ${ROLLOUT_GPUS} on ${RAY_GPU_LIST} (Ray); judge ${PRM_GPUS}${JUDGE_GPU_LIST:+ on ${JUDGE_GPU_LIST}} (NVLink: ${OPENCLAW_HAS_NVLINK})"
+   fi
    openclaw_note "judge: ${JUDGE}${JUDGE_URL:+ at ${JUDGE_URL}}${JUDGE_MODEL:+ (model ${JUDGE_MODEL})}"
    openclaw_note "server: http://${HOST}:${PORT}/v1 (model ${SERVED_MODEL_NAME}), API key: $([[ -n $API_KEY ]] && echo 'set (in the config file only)' || echo 'none: anyone who can reach the port can use it')"
    openclaw_note "run directory: ${RUN_DIR}"

@@ -318,6 +318,16 @@ def test_the_seeds_commands_run_from_a_slime_checkout_at_dot_slime(script, tmp_p
         assert "--colocate" not in words and _flag(words, "--rollout-num-gpus") == str(4 * nodes)
 
 
+def test_an_agent_setting_on_one_gpu(tmp_path):
+    r = _run("toolcall", _dry_env(tmp_path, NUM_GPUS="1", COLOCATE="1"))
+    assert r.returncode == 0, r.stderr
+    words = _submit_words(r.stdout)
+    assert "--colocate" in words and "--optimizer-cpu-offload" in words and "--rollout-num-gpus" not in words
+    (tmp_path / "alone").mkdir()
+    alone = _run("toolcall", _dry_env(tmp_path / "alone", NUM_GPUS="1"))
+    assert alone.returncode != 0 and "or COLOCATE=1" in alone.stderr
+
+
 def _run_script(script: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run([shutil.which("bash") or "/bin/bash", str(ROOT / script)], env=env, capture_output=True,
                           text=True, timeout=120)

@@ -48,7 +48,8 @@ def _fake_slime(root: Path) -> Path:
     """The two files of a Slime checkout the scripts read (a stub of scripts/models/qwen3-4B.sh)."""
     slime = root / "slime"
     (slime / "scripts" / "models").mkdir(parents=True)
-    (slime / "train_async.py").write_text("raise SystemExit('a stub: the tests never run it')\n")
+    for name in ("train.py", "train_async.py"):
+        (slime / name).write_text("raise SystemExit('a stub: the tests never run it')\n")
     (slime / "scripts" / "models" / "qwen3-4B.sh").write_text(
         'MODEL_ARGS=(\n   --swiglu\n   --num-layers 36\n   --rotary-base "${MODEL_ARGS_ROTARY_BASE:-1000000}"\n)\n'
     )
@@ -279,7 +280,9 @@ def test_dry_run_without_judge_gpus_uses_the_heuristic(tmp_path):
 @pytest.mark.parametrize("extra, message", [
     ({"JUDGE_URL": "http://j/v1"}, "JUDGE_MODEL"),
     ({"JUDGE_URL": "http://j/v1", "JUDGE_MODEL": "m", "PRM_GPUS": "2"}, "not both"),
-    ({"NUM_GPUS": "1"}, "separate training and rollout GPUs"),
+    ({"NUM_GPUS": "1"}, "on one GPU use COLOCATE=1"),
+    ({"COLOCATE": "1", "PRM_GPUS": "1"}, "ROLLOUT_GPUS and PRM_GPUS must be unset or 0"),
+    ({"COLOCATE": "sometimes"}, "COLOCATE=sometimes"),
     ({"ACTOR_GPUS": "6", "ROLLOUT_GPUS": "2", "PRM_GPUS": "2"}, "must be <= NUM_GPUS"),
     ({"ACTOR_TP": "3"}, "ACTOR_TP"),
     ({"PORT": "http"}, "PORT"),
@@ -294,6 +297,24 @@ def test_settings_that_cannot_work_are_refused_before_anything_starts(tmp_path, 
     r = _run("combine", env)
     assert r.returncode != 0 and message in r.stderr, r.stderr
     assert "ray job submit" not in r.stdout
+
+
+def test_one_gpu_trains_and_serves_in_turn(tmp_path):
+    """NUM_GPUS=1 COLOCATE=1: train.py with Slime's --colocate on the one GPU, the optimizer state on the CPU, the
+    heuristic judge (no GPU is left for a judge model), and the launcher says that requests wait for each step."""
+    env = _base_env(tmp_path, DRY_RUN="1", PATH=str(_only_tools_bin(tmp_path)), NUM_GPUS="1", COLOCATE="1")
+    r = _run("combine", env)
+    assert r.returncode == 0, r.stderr
+    words = _submit_words(r.stdout)
+    assert words[words.index("python3") + 1] == "train.py" and "--colocate" in words
+    assert "--rollout-num-gpus" not in words and _flag(words, "--actor-num-gpus-per-node") == "1"
+    assert "--optimizer-cpu-offload" in words and "requests wait while a step trains" in r.stdout
+    data = yaml.safe_load(Path(_flag(words, "--custom-config-path")).read_text())["openclaw_rl"]
+    assert data["judge"] == "heuristic" and "sglang.launch_server" not in r.stdout
+    (tmp_path / "two").mkdir()
+    two = _run("combine", _base_env(tmp_path / "two", DRY_RUN="1", PATH=str(_only_tools_bin(tmp_path / "two")),
+                                    NUM_GPUS="2", COLOCATE="1"))
+    assert two.returncode == 0 and "--optimizer-cpu-offload" not in two.stdout  # on two GPUs it is sharded instead
 
 
 def test_slime_dir_defaults_to_the_current_directory(tmp_path):
