@@ -46,9 +46,11 @@ def teacher_messages(messages: list[dict[str, Any]], hint: str | Sequence[str]) 
 
 
 def teacher_prompt_ids(renderer, messages: list[dict[str, Any]], hint: str | Sequence[str], tools: list | None = None,
-                       tool_choice: Any = None) -> list[int]:
-    """The teacher's prompt token ids: the request plus the hint, rendered like the student's."""
-    return renderer.render(teacher_messages(messages, hint), tools or [], tool_choice if tool_choice is not None else "auto")
+                       tool_choice: Any = None, template_kwargs: dict[str, Any] | None = None) -> list[int]:
+    """The teacher's prompt token ids: the request plus the hint, rendered like the student's (with the
+    request's ``template_kwargs``, e.g. ``enable_thinking``)."""
+    return renderer.render(teacher_messages(messages, hint), tools or [], tool_choice if tool_choice is not None else "auto",
+                           template_kwargs=template_kwargs)
 
 
 def teacher_logprobs(score: Callable[[list[int], int], list[float]], prompt_ids: list[int],

@@ -34,6 +34,8 @@ class ChatRequest:
     tools: list[dict[str, Any]] = field(default_factory=list)
     tool_choice: Any = "auto"
     user: str | None = None
+    # extra chat-template variables: ``chat_template_kwargs`` and ``enable_thinking`` (Qwen3's switch)
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 def _is_int(v: Any) -> bool:
@@ -162,6 +164,26 @@ def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> Any:
     raise ApiError("'tool_choice' must be 'auto', 'none', 'required' or {'type': 'function', 'function': {'name': ...}}", param="tool_choice")
 
 
+RESERVED_TEMPLATE_NAMES = {"messages", "tools", "documents", "add_generation_prompt", "continue_final_message",
+                           "tokenize", "return_dict", "chat_template", "bos_token", "eos_token", "raise_exception"}
+
+
+def _template_kwargs(body: dict) -> dict[str, Any]:
+    """``chat_template_kwargs`` (names to strings, numbers or booleans) with ``enable_thinking`` (a boolean) on top,
+    as vLLM and SGLang take them: variables the chat template reads (Qwen3's ``enable_thinking``)."""
+    kw = body.get("chat_template_kwargs")
+    kw = {} if kw is None else kw
+    if not isinstance(kw, dict) or not all(isinstance(k, str) and k.isidentifier() and k not in RESERVED_TEMPLATE_NAMES
+                                           and (v is None or isinstance(v, (bool, int, float, str)))
+                                           for k, v in kw.items()):
+        raise ApiError("'chat_template_kwargs' must map template variable names (not messages, tools, "
+                       "add_generation_prompt, ...) to strings, numbers or booleans", param="chat_template_kwargs")
+    think = body.get("enable_thinking")
+    if think is not None and not isinstance(think, bool):
+        raise ApiError("'enable_thinking' must be a boolean", param="enable_thinking")
+    return {**kw, **({"enable_thinking": think} if think is not None else {})}
+
+
 def _lone_surrogate(body: Any) -> str | None:
     """The path of a string (or key) holding a lone UTF-16 surrogate such as ``"\\ud800"``.
 
@@ -247,4 +269,5 @@ def parse_chat_request(body: Any) -> ChatRequest:
         tools=tools,
         tool_choice=_tool_choice(body.get("tool_choice"), tools),
         user=user,
+        template_kwargs=_template_kwargs(body),
     )

@@ -327,7 +327,8 @@ class ChatServer:
         new tokens (at most a quarter of the context) by cutting the system prompt's middle
         (``chat/overflow.py``), or is refused with ``context_overflow: error``."""
         ctx = self.engine.context_length
-        render = functools.partial(self._render, tools=req.tools, tool_choice=req.tool_choice)
+        render = functools.partial(self._render, tools=req.tools, tool_choice=req.tool_choice,
+                                   template_kwargs=req.template_kwargs)
         loop = asyncio.get_running_loop()
         ids = await loop.run_in_executor(self._render_pool, render, req.messages)
         if len(ids) < ctx:
@@ -349,9 +350,9 @@ class ChatServer:
         self.metrics.inc("openclaw_prompt_tokens_cut_total", cut, help="System-prompt tokens cut to fit the context")
         return seen, ids, cut
 
-    def _render(self, messages: list[dict[str, Any]], tools, tool_choice) -> list[int]:
+    def _render(self, messages: list[dict[str, Any]], tools, tool_choice, template_kwargs=None) -> list[int]:
         try:
-            return self.renderer.render(messages, tools, tool_choice)
+            return self.renderer.render(messages, tools, tool_choice, template_kwargs=template_kwargs)
         except Exception as e:  # a template that cannot render these messages
             raise ApiError(f"the chat template could not render these messages: {e}", param="messages") from None
 
@@ -376,7 +377,10 @@ class _Generation:
         self.logprobs: list[float] = []
         self.versions: list[int] = []
         tools_on = bool(req.tools) and req.tool_choice != "none"
-        self.parser = ReplyParser(stops=req.stop, tool_names={t["function"]["name"] for t in req.tools} if tools_on else set())
+        # a prompt that ends inside <think> (a thinking model's template opens it): the reply starts as reasoning
+        opened = server.tokenizer.decode(list(prompt_ids[-4:])).rstrip().endswith("<think>")
+        self.parser = ReplyParser(stops=req.stop, tool_names={t["function"]["name"] for t in req.tools} if tools_on else set(),
+                                  thinking=True if opened else None)
         self.hit_eos = False
 
     async def events(self):
@@ -418,6 +422,8 @@ class _Generation:
         msg: dict[str, Any] = {"role": "assistant", "content": self.parser.content or (None if self.parser.tool_calls else "")}
         if self.parser.tool_calls:
             msg["tool_calls"] = self.parser.tool_calls
+        if self.parser.reasoning:
+            msg["reasoning_content"] = self.parser.reasoning
         return msg
 
     async def record(self, finish_reason: str, main_line: bool | None = None, reason: str | None = None) -> None:
@@ -435,7 +441,8 @@ class _Generation:
             tools=self.req.tools or None, tool_choice=self.req.tool_choice if self.req.tools else None,
             user=self.user,
             sampling={"temperature": self.sampling.temperature, "top_p": self.sampling.top_p,
-                      "max_new_tokens": self.sampling.max_new_tokens, "seed": self.sampling.seed, "stop": self.req.stop},
+                      "max_new_tokens": self.sampling.max_new_tokens, "seed": self.sampling.seed, "stop": self.req.stop,
+                      **({"chat_template_kwargs": self.req.template_kwargs} if self.req.template_kwargs else {})},
             timings={"received": self.t_received, "first_token": self.t_first or now, "done": now},
             reply_key=message_key(msg), history_keys=self.a.history_keys, created_at=now,
         )
@@ -480,8 +487,8 @@ class _Generation:
             await resp.write(self._chunk({"role": "assistant", "content": ""}))
             n_calls = 0
             async for kind, value in self.events():
-                if kind == "content":
-                    await resp.write(self._chunk({"content": value}))
+                if kind in ("content", "reasoning"):
+                    await resp.write(self._chunk({"content" if kind == "content" else "reasoning_content": value}))
                 else:
                     call = {"index": n_calls, **value}
                     n_calls += 1

@@ -43,7 +43,8 @@ class PromptRenderer:
         self.native_tools = "tools" in template and "tool_call" in template
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tool_choice: Any = "auto",
-               add_generation_prompt: bool = True) -> list[int]:
+               add_generation_prompt: bool = True, template_kwargs: dict[str, Any] | None = None) -> list[int]:
+        """Prompt ids; ``template_kwargs`` are extra variables for the template (``enable_thinking``)."""
         use_tools = bool(tools) and tool_choice != "none"
         if self.native_tools:
             msgs = [self._native(m) for m in messages]
@@ -56,7 +57,7 @@ class PromptRenderer:
             must = f"You must call the function {name}." if name else "You must call at least one function."
             msgs = _append_to_system(msgs, must)
         ids = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=add_generation_prompt, tokenize=True,
-                                                 return_dict=False, **extra)
+                                                 return_dict=False, **(template_kwargs or {}), **extra)
         return list(ids)
 
     @staticmethod

@@ -8,7 +8,10 @@ agree: a non-streaming reply is the parser fed the final text once. Invariants:
 - a ``<tool_call>`` block becomes a tool call when it holds valid JSON naming an offered tool,
   otherwise its raw text is content;
 - whitespace before a tool call is dropped (it is formatting, not an answer); trailing
-  whitespace is held until the next text or the end shows whether it belongs to the content.
+  whitespace is held until the next text or the end shows whether it belongs to the content;
+- a reply that opens with ``<think>`` (Qwen3, DeepSeek-R1), or that starts inside one because the
+  prompt ended with it (``thinking=True``), is reasoning up to ``</think>``: emitted as
+  ``("reasoning", str)`` events, never as content.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 
 def find_stop(text: str, stops: list[str]) -> int:
@@ -68,10 +72,13 @@ class ReplyParser:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     stopped: bool = False  # a stop string was found; ``visible`` ends before it
     visible: str = ""
+    thinking: bool | None = None  # inside <think>: True; past it or none: False; not decided yet: None
+    reasoning: str = ""  # reasoning emitted so far
     _pending_ws: str = ""
+    _after_think: bool = False
 
     def feed(self, text: str, final: bool = False) -> list[tuple[str, Any]]:
-        """Return ``[("content", str) | ("tool_call", dict)]`` for the newly decided text."""
+        """Return ``[("content", str) | ("tool_call", dict) | ("reasoning", str)]`` for the newly decided text."""
         cut = find_stop(text, self.stops) if self.stops else -1
         if cut >= 0:
             text, final, self.stopped = text[:cut], True, True
@@ -82,6 +89,8 @@ class ReplyParser:
             text = text[: len(text) - hold]
         self.visible = text
         events: list[tuple[str, Any]] = []
+        if self.thinking is not False and not self._think(text, final, events):
+            return events  # still reasoning (or not yet known whether the reply reasons)
         while self.pos < len(text):
             rest = text[self.pos :]
             i = rest.find(OPEN) if self.tool_names else -1
@@ -114,8 +123,36 @@ class ReplyParser:
             self._pending_ws = ""
         return events
 
+    def _think(self, text: str, final: bool, events: list) -> bool:
+        """Consume the reasoning at the start of ``text``; True once it is over (or there is none)."""
+        if self.thinking is None:
+            head = text.lstrip()
+            if head.startswith(THINK_OPEN):
+                self.thinking, self.pos = True, len(text) - len(head) + len(THINK_OPEN)
+            elif THINK_OPEN.startswith(head) and not final:
+                return False  # "<thi...": wait and see
+            else:
+                self.thinking = False
+                return True
+        rest = text[self.pos:]
+        end = rest.find(THINK_CLOSE)
+        upto = end if end >= 0 else len(rest) - (0 if final else partial_suffix(rest, [THINK_CLOSE]))
+        chunk = rest[:upto].lstrip("\n") if not self.reasoning else rest[:upto]
+        if chunk:
+            self.reasoning += chunk
+            events.append(("reasoning", chunk))
+        self.pos += upto
+        if end < 0:
+            return final  # the reply ended inside its reasoning: no content
+        self.pos += len(THINK_CLOSE)
+        self.thinking, self._after_think = False, True  # the blank line after </think> is not content
+        return True
+
     def _content(self, s: str, events: list) -> None:
         """Emit text up to its trailing whitespace; hold that until we know what follows it."""
+        if self._after_think:  # whitespace between </think> and the answer is formatting
+            s = s.lstrip()
+            self._after_think = not s
         s = self._pending_ws + s
         body = s.rstrip()
         self._pending_ws = s[len(body) :]

@@ -256,7 +256,8 @@ class LiveSource:
         sample.prompt = row.get("messages") or ""
         sample.weight_versions = [str(row["policy_version"])]
         if score_teacher and row.get("hint") and Method.parse(self.cfg.method).uses_hints:
-            prompt = teacher_prompt_ids(self.renderer, row["messages"], row["hint"], row.get("tools"), row.get("tool_choice"))
+            prompt = teacher_prompt_ids(self.renderer, row["messages"], row["hint"], row.get("tools"), row.get("tool_choice"),
+                                        (row.get("sampling") or {}).get("chat_template_kwargs"))
             ids = prompt + row["response_token_ids"]
             teacher = self._on_loop(self.engine.score(ids, len(prompt)), timeout_s=600)
             sample.metadata["teacher_log_probs"] = teacher

@@ -441,7 +441,8 @@ class OnlineTrainer:
         """``row``'s teacher prompt ids under ``hint``, and why it cannot be used (None when it can): a
         template that cannot render it, or no room for the response within the context."""
         try:
-            prompt = teacher_prompt_ids(self.renderer, row["messages"], hint, row.get("tools"), row.get("tool_choice"))
+            prompt = teacher_prompt_ids(self.renderer, row["messages"], hint, row.get("tools"), row.get("tool_choice"),
+                                        (row.get("sampling") or {}).get("chat_template_kwargs"))
         except Exception as e:  # a template that cannot render it: the turn cannot be distilled under it
             return [], f"teacher prompt could not be rendered: {type(e).__name__}: {str(e)[:100]}"
         context, response = self.context, row["response_token_ids"]
