@@ -112,7 +112,7 @@ def train(settings: RunSettings, out_dir: Path, steps: int = 4, episodes: int = 
     import torch
     from transformers import AutoModelForCausalLM
 
-    from slime_ext.trainers.loop import TrainerConfig, wrap_lora
+    from slime_ext.trainers.loop import TrainerConfig, recompute_activations, wrap_lora
     from slime_ext.trainers.step import resolve_policy_loss, train_step
 
     if baseline not in ("mean", "none"):
@@ -126,14 +126,10 @@ def train(settings: RunSettings, out_dir: Path, steps: int = 4, episodes: int = 
     out_dir.mkdir(parents=True, exist_ok=True)
     model_dir, tok, renderer, engine, sampling = _load(settings)
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(engine.device)
-    # Agent episodes are long (a 6-turn GUI episode is ~4-5k tokens): recompute each layer's activations in
-    # the backward pass instead of keeping them all (measured on smollm2, one 4.6k-token episode: 14.5 GB
-    # peak without, 7.8 GB with, 25% slower; 6.0 GB once train_step made logits at trained positions only).
-    if hasattr(base, "activation_checkpointing_enable"):  # transformers' new name (the old one warns)
-        base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    else:
-        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    base.config.use_cache = False
+    # Agent episodes are long (a 6-turn GUI episode is ~4-5k tokens): 6.0 GB peak on smollm2 with this (and
+    # train_step making logits at trained positions only), 14.5 GB without
+    recompute_activations(base)
+    base.config.use_cache = False  # this model only trains (the engine generates)
     model = wrap_lora(base, TrainerConfig(lora_rank=lora_rank))
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
     rng = random.Random(settings.seed)

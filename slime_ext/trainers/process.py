@@ -40,7 +40,7 @@ def trainer_main(model: str, run_dir: str, config: dict[str, Any], poll_s: float
     from slime_ext.models import resolve_model
     from slime_ext.store import Store
     from slime_ext.trainers.canary import CanaryConfig
-    from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, wrap_lora
+    from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, recompute_activations, wrap_lora
     from slime_ext.trainers.scalars import ScalarWriter
     from slime_ext.trainers.teachability import TeachabilityConfig
 
@@ -62,6 +62,8 @@ def trainer_main(model: str, run_dir: str, config: dict[str, Any], poll_s: float
                            "teacher_check": TeachabilityConfig(**config.get("teacher_check", {}))})
     model_dir = str(resolve_model(model, progress=log.info))
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(where)
+    if where.type == "cuda":  # on a GPU beside the engine, bound the trainer's activations (LoRA bounds the rest)
+        recompute_activations(model)
     from transformers import AutoTokenizer
 
     from slime_ext.chat.prompt import PromptRenderer
