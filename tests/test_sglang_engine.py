@@ -33,6 +33,14 @@ def local(model_dir):
 
 
 @pytest.fixture
+async def own(model_dir):
+    """A local engine of the test's own, for tests that change its weights."""
+    eng = LocalEngine(model_dir, dtype="float32", threads=1, prefix_cache_tokens=0)
+    yield eng
+    await eng.close()
+
+
+@pytest.fixture
 async def make_server(local):
     started = []
 
@@ -149,34 +157,30 @@ async def test_context_length_is_read_from_the_server_and_respected(make_server,
         await loose.close()
 
 
-async def test_weight_version_is_reported_per_token_and_follows_a_weight_update(model_dir, tmp_path, make_server,
+async def test_weight_version_is_reported_per_token_and_follows_a_weight_update(own, tmp_path, make_server,
                                                                                   make_engine):
     from safetensors.torch import save_file
 
-    own = LocalEngine(model_dir, dtype="float32", threads=1, prefix_cache_tokens=0)
-    try:
-        srv = await make_server(own, weight_version="default", token_delay_s=0.02)
-        eng = await make_engine(srv.url)
-        (p,) = prompts(1)
-        before = await eng.score(p, 5)
-        assert eng.policy_version == 0
-        norm = own.model.model.norm.weight
-        save_file({"model.norm.weight": torch.ones_like(norm) * 1.5}, str(tmp_path / "model.safetensors"))
-        await post(srv.url, "/update_weights_from_disk", {"model_path": str(tmp_path), "weight_version": "3"})
-        await eng.refresh()
-        assert eng.policy_version == 3
-        after = await eng.score(p, 5)
-        assert after == await own.score(p, 5) and max(abs(a - b) for a, b in zip(after, before)) > 1e-3
-        # the version changes in the middle of a stream: earlier tokens keep the old one
-        versions = []
-        async for t in eng.generate(p, SamplingParams(max_new_tokens=12, temperature=0.0)):
-            versions.append(t.policy_version)
-            if len(versions) == 4:
-                await post(srv.url, "/update_weight_version", {"new_version": "4"})
-        assert versions[:4] == [3] * 4 and versions[-1] == 4 and versions == sorted(versions)
-        assert eng.policy_version == 4
-    finally:
-        await own.close()
+    srv = await make_server(own, weight_version="default", token_delay_s=0.02)
+    eng = await make_engine(srv.url)
+    (p,) = prompts(1)
+    before = await eng.score(p, 5)
+    assert eng.policy_version == 0
+    norm = own.model.model.norm.weight
+    save_file({"model.norm.weight": torch.ones_like(norm) * 1.5}, str(tmp_path / "model.safetensors"))
+    await post(srv.url, "/update_weights_from_disk", {"model_path": str(tmp_path), "weight_version": "3"})
+    await eng.refresh()
+    assert eng.policy_version == 3
+    after = await eng.score(p, 5)
+    assert after == await own.score(p, 5) and max(abs(a - b) for a, b in zip(after, before)) > 1e-3
+    # the version changes in the middle of a stream: earlier tokens keep the old one
+    versions = []
+    async for t in eng.generate(p, SamplingParams(max_new_tokens=12, temperature=0.0)):
+        versions.append(t.policy_version)
+        if len(versions) == 4:
+            await post(srv.url, "/update_weight_version", {"new_version": "4"})
+    assert versions[:4] == [3] * 4 and versions[-1] == 4 and versions == sorted(versions)
+    assert eng.policy_version == 4
 
 
 def test_parse_weight_version():
@@ -412,61 +416,53 @@ def adapter(model_dir, tmp_path_factory):
     return out
 
 
-async def test_an_in_place_lora_swap_under_8_streams_fails_none_and_versions_every_token(model_dir, adapter,
+async def test_an_in_place_lora_swap_under_8_streams_fails_none_and_versions_every_token(own, adapter,
                                                                                          make_server, make_engine):
     """``serve --engine sglang``: the trainer's adapter is loaded into the running server while 8 streams decode.
     None fails; tokens before the load carry version 0 and after it 1 (the streams were moved onto the new adapter
     and re-sent from where they were: the re-sent prompt is the old one plus exactly the tokens already streamed);
     new requests name the new adapter; a frozen-base request names none."""
-    own = LocalEngine(model_dir, dtype="float32", threads=1, prefix_cache_tokens=0)
-    try:
-        srv = await make_server(own, token_delay_s=0.02)
-        eng = await make_engine(srv.url, lora=True)
-        streams = prompts(8)
-        got: list[list] = [[] for _ in streams]
+    srv = await make_server(own, token_delay_s=0.02)
+    eng = await make_engine(srv.url, lora=True)
+    streams = prompts(8)
+    got: list[list] = [[] for _ in streams]
 
-        async def one(i):
-            async for t in eng.generate(streams[i], SamplingParams(max_new_tokens=30, temperature=1.0, seed=i)):
-                got[i].append(t)
+    async def one(i):
+        async for t in eng.generate(streams[i], SamplingParams(max_new_tokens=30, temperature=1.0, seed=i)):
+            got[i].append(t)
 
-        tasks = [asyncio.create_task(one(i)) for i in range(8)]
-        while sum(len(g) for g in got) < 8 * 5:  # every stream is well under way
-            await asyncio.sleep(0.01)
-        await eng.swap(adapter, 1)
-        await asyncio.gather(*tasks)  # none raised
-        assert [len(g) for g in got] == [30] * 8
-        for g in got:
-            versions = [t.policy_version for t in g]
-            assert versions == sorted(versions) and set(versions) <= {0, 1}
-        assert sum(1 for g in got if {t.policy_version for t in g} == {0, 1}) >= 4  # the swap landed mid-stream
-        resent = [b for b in srv.requests if b.get("lora_path") == "openclaw-v1"]
-        for i, g in enumerate(got):  # each moved stream went on from exactly where it was
-            old = [t.token_id for t in g if t.policy_version == 0]
-            if len(old) < 30:
-                assert any(b["input_ids"] == streams[i] + old for b in resent), i
-        assert srv.lora_calls == [("load", "openclaw-v1")] and eng.policy_version == 1
-        base = [t async for t in eng.generate(streams[0], SamplingParams(max_new_tokens=2, frozen_base=True))]
-        assert len(base) == 2 and "lora_path" not in srv.requests[-1]  # the base weights: no adapter named
-        with pytest.raises(EngineError, match="loads LoRA adapters only"):
-            await eng.swap(adapter.parent, 2)  # not an adapter folder
-    finally:
-        await own.close()
+    tasks = [asyncio.create_task(one(i)) for i in range(8)]
+    while sum(len(g) for g in got) < 8 * 5:  # every stream is well under way
+        await asyncio.sleep(0.01)
+    await eng.swap(adapter, 1)
+    await asyncio.gather(*tasks)  # none raised
+    assert [len(g) for g in got] == [30] * 8
+    for g in got:
+        versions = [t.policy_version for t in g]
+        assert versions == sorted(versions) and set(versions) <= {0, 1}
+    assert sum(1 for g in got if {t.policy_version for t in g} == {0, 1}) >= 4  # the swap landed mid-stream
+    resent = [b for b in srv.requests if b.get("lora_path") == "openclaw-v1"]
+    for i, g in enumerate(got):  # each moved stream went on from exactly where it was
+        old = [t.token_id for t in g if t.policy_version == 0]
+        if len(old) < 30:
+            assert any(b["input_ids"] == streams[i] + old for b in resent), i
+    assert srv.lora_calls == [("load", "openclaw-v1")] and eng.policy_version == 1
+    base = [t async for t in eng.generate(streams[0], SamplingParams(max_new_tokens=2, frozen_base=True))]
+    assert len(base) == 2 and "lora_path" not in srv.requests[-1]  # the base weights: no adapter named
+    with pytest.raises(EngineError, match="loads LoRA adapters only"):
+        await eng.swap(adapter.parent, 2)  # not an adapter folder
 
 
-async def test_older_adapters_are_unloaded_and_a_client_without_lora_refuses_to_swap(model_dir, adapter, make_server,
+async def test_older_adapters_are_unloaded_and_a_client_without_lora_refuses_to_swap(own, adapter, make_server,
                                                                                     make_engine):
-    own = LocalEngine(model_dir, dtype="float32", threads=1, prefix_cache_tokens=0)
-    try:
-        srv = await make_server(own)
-        eng = await make_engine(srv.url, lora=True)
-        for v in (1, 2, 3):
-            await eng.swap(adapter, v)
-        assert sorted(srv.adapters) == ["openclaw-v2", "openclaw-v3"]  # the served one and the one before it
-        assert ("unload", "openclaw-v1") in srv.lora_calls
-        await collect(eng, prompts(1)[0])
-        assert srv.requests[-1]["lora_path"] == "openclaw-v3"
-        plain = await make_engine(srv.url)
-        with pytest.raises(EngineError, match="does not swap weights itself"):
-            await plain.swap(adapter, 4)
-    finally:
-        await own.close()
+    srv = await make_server(own)
+    eng = await make_engine(srv.url, lora=True)
+    for v in (1, 2, 3):
+        await eng.swap(adapter, v)
+    assert sorted(srv.adapters) == ["openclaw-v2", "openclaw-v3"]  # the served one and the one before it
+    assert ("unload", "openclaw-v1") in srv.lora_calls
+    await collect(eng, prompts(1)[0])
+    assert srv.requests[-1]["lora_path"] == "openclaw-v3"
+    plain = await make_engine(srv.url)
+    with pytest.raises(EngineError, match="does not swap weights itself"):
+        await plain.swap(adapter, 4)
