@@ -36,6 +36,7 @@ class ChatRequest:
     user: str | None = None
     # extra chat-template variables: ``chat_template_kwargs`` and ``enable_thinking`` (Qwen3's switch)
     template_kwargs: dict[str, Any] = field(default_factory=dict)
+    ignore_eos: bool = False  # generate max_tokens tokens whatever the model says (vLLM / SGLang / llama.cpp's)
 
 
 def _is_int(v: Any) -> bool:
@@ -178,10 +179,16 @@ def _template_kwargs(body: dict) -> dict[str, Any]:
                                            for k, v in kw.items()):
         raise ApiError("'chat_template_kwargs' must map template variable names (not messages, tools, "
                        "add_generation_prompt, ...) to strings, numbers or booleans", param="chat_template_kwargs")
-    think = body.get("enable_thinking")
-    if think is not None and not isinstance(think, bool):
-        raise ApiError("'enable_thinking' must be a boolean", param="enable_thinking")
+    think = _flag(body, "enable_thinking") if body.get("enable_thinking") is not None else None
     return {**kw, **({"enable_thinking": think} if think is not None else {})}
+
+
+def _flag(body: dict, name: str) -> bool:
+    """An optional boolean field (absent or null: false)."""
+    v = body.get(name)
+    if v is not None and not isinstance(v, bool):
+        raise ApiError(f"'{name}' must be a boolean", param=name)
+    return bool(v)
 
 
 def _lone_surrogate(body: Any) -> str | None:
@@ -270,4 +277,5 @@ def parse_chat_request(body: Any) -> ChatRequest:
         tool_choice=_tool_choice(body.get("tool_choice"), tools),
         user=user,
         template_kwargs=_template_kwargs(body),
+        ignore_eos=_flag(body, "ignore_eos"),
     )

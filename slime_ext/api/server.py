@@ -227,6 +227,7 @@ class ChatServer:
             {
                 "status": "ok",
                 "model": self.settings.model_name,
+                "dtype": str(getattr(self.engine, "dtype", "")).removeprefix("torch.") or None,
                 "policy_version": self.engine.policy_version,
                 "sampling_defaults": {"temperature": self.settings.sampling.temperature,
                                       "top_p": self.settings.sampling.top_p, "source": self.settings.sampling.source},
@@ -288,7 +289,7 @@ class ChatServer:
         sampling = SamplingParams(
             temperature=defaults.temperature if req.temperature is None else req.temperature,
             top_p=defaults.top_p if req.top_p is None else req.top_p,
-            max_new_tokens=max_new, seed=req.seed, stop_token_ids=self.stop_ids,
+            max_new_tokens=max_new, seed=req.seed, stop_token_ids=() if req.ignore_eos else self.stop_ids,
         )
         user = request_user(request.get("key_user"), req.user, _key_identity(request), self._keyed_users)
         headers = {k.lower(): v for k, v in request.headers.items() if k.lower().startswith("x-")}
