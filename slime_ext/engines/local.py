@@ -120,7 +120,7 @@ class LocalEngine:
         self.threads = threads or os.cpu_count() or 1
         torch.set_num_threads(self.threads)
         name, why = resolve_dtype(dtype, device=self.device.type)
-        log.info("engine dtype %s on %s (%s)", name, self.device, why)
+        log.info("engine dtype %s (%s), on %s", name, why, self.device)
         self.dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[name]
         self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=self.dtype,
                                                           attn_implementation=attn_implementation).to(self.device)
