@@ -96,12 +96,16 @@ class LlamaServer:
 
 
 def long_prompt(tokens: int, nonce: int) -> list[dict]:
-    """An OpenClaw-like system prompt of about ``tokens`` SmolLM2 tokens (rules, skills, workspace notes) and a
-    user question; ``nonce`` makes the first line different each time, so no prefix cache helps."""
+    """An OpenClaw-like system prompt (rules, repeated) cut to about ``tokens`` SmolLM2 tokens, and a user
+    question; ``nonce`` makes the first line different each time, so no prefix cache helps."""
+    from transformers import AutoTokenizer
+
+    from slime_ext.models import resolve_model
+
+    tok = AutoTokenizer.from_pretrained(resolve_model("smollm2-135m"))
     rule = "- When the user asks for a change, restate it in one line, then make it, then say what changed.\n"
-    per_rule = 21  # SmolLM2 tokens of one rule line (measured)
-    body = rule * max(1, (tokens - 60) // per_rule)
-    return [{"role": "system", "content": f"Session {nonce}. You are a personal assistant.\n{body}"},
+    ids = tok.encode(rule * (tokens // 10), add_special_tokens=False)[: tokens - 60]
+    return [{"role": "system", "content": f"Session {nonce}. You are a personal assistant.\n{tok.decode(ids)}"},
             {"role": "user", "content": "What should I do first today?"}]
 
 
@@ -115,7 +119,8 @@ async def levels(base: str, args) -> dict:
     import aiohttp
 
     out: dict = {"levels": {}, "prefill_s": []}
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+    # a new connection per request: llama-server closes idle keep-alive connections under a client's feet
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True),
                                      timeout=aiohttp.ClientTimeout(total=None)) as session:
         for i, msgs in enumerate(story_prompts(2)):  # warm-up
             await http_chat_stream(session, base, body(msgs, 8, i))
