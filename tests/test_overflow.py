@@ -15,8 +15,11 @@ def decode(tokens):
 
 
 def render(messages):
-    """One token per word of each message, plus two per message (its role and its end)."""
-    return [t for m in messages for t in ["<" + m["role"] + ">", *encode(m["content"]), "</>"]]
+    """One token per word of each message (its text parts joined), plus two per message (its role and its end)."""
+    def text(m):
+        return m["content"] if isinstance(m["content"], str) else "".join(p["text"] for p in m["content"])
+
+    return [t for m in messages for t in ["<" + m["role"] + ">", *encode(text(m)), "</>"]]
 
 
 def fit(messages, budget, context=1000):
@@ -45,6 +48,13 @@ def test_the_longest_system_message_loses_its_middle_and_the_conversation_stays(
     assert len(kept) == 2000 - cut >= MIN_KEPT and f"[... {cut} tokens of this message were cut" in out[0]["content"]
     head = [int(w[1:]) for w in kept]
     assert head == sorted(head) and len(set(head)) == len(head)  # a contiguous head and tail, in order
+
+
+def test_a_system_message_of_text_parts_is_cut_too():
+    parts = [{"type": "text", "text": SYSTEM[:5000]}, {"type": "text", "text": SYSTEM[5000:]}]
+    out, ids, cut = fit([{"role": "system", "content": parts}, *CHAT], budget=900)
+    assert len(ids) <= 900 and cut > 0 and isinstance(out[0]["content"], str)
+    assert out[0]["content"].startswith("s0 s1") and out[0]["content"].endswith("s1999")
 
 
 def test_the_next_turn_gets_the_same_cut_so_its_prefix_is_reused():

@@ -24,10 +24,19 @@ MARKER = "\n\n[... {n} tokens of this message were cut here to fit the model's {
 ROLES = ("system", "developer")
 
 
+def _text(message: dict[str, Any]) -> str | None:
+    """A message's text when it is all text (a string, or a list of text parts), else None."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+        return "".join(p.get("text") or "" for p in content)
+    return None
+
+
 def _longest_system(messages: Sequence[dict[str, Any]]) -> int | None:
-    """Index of the longest system / developer message with string content, or None."""
-    found = [(len(m["content"]), i) for i, m in enumerate(messages)
-             if m.get("role") in ROLES and isinstance(m.get("content"), str) and m["content"]]
+    """Index of the longest system / developer message that is all text, or None."""
+    found = [(len(_text(m)), i) for i, m in enumerate(messages) if m.get("role") in ROLES and _text(m)]
     return max(found)[1] if found else None
 
 
@@ -39,7 +48,7 @@ def fit_messages(messages: list[dict[str, Any]], render: Callable[[list[dict[str
     ids = render(messages)
     sent = len(ids)
     index = _longest_system(messages)
-    tokens = encode(messages[index]["content"]) if index is not None else []
+    tokens = encode(_text(messages[index])) if index is not None else []
     keep, cut = len(tokens), 0
     for _ in range(4):  # token boundaries shift a little when the cut text is re-rendered: re-measure
         over = len(ids) - budget
