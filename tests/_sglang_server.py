@@ -273,14 +273,9 @@ class FakeSGLangServer:
                 images.append(Image.open(io.BytesIO(base64.b64decode(data, validate=True))).convert("RGB"))
             except Exception:
                 return f"image_data[{i}] is not a base64 data URL of an image"
-        runs, last = [], None
-        for j, t in enumerate(ids):
-            if t == self.image_token_id:
-                if last == j - 1:
-                    runs[-1] += 1
-                else:
-                    runs.append(1)
-                last = j
+        from slime_ext.chat.vision import placeholder_runs
+
+        runs = placeholder_runs(ids, self.image_token_id)
         if len(runs) != len(images):
             return f"input_ids hold {len(runs)} image placeholder run(s) for {len(images)} image(s)"
         merge = self.image_processor.merge_size ** 2

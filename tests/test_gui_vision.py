@@ -13,6 +13,7 @@ import pytest
 from _sglang_server import FakeSGLangServer
 from _tiny_vl import make_tiny_vl
 
+from slime_ext.chat.vision import first_images, placeholder_runs
 from slime_ext.engines.base import EngineError, SamplingParams
 from slime_ext.engines.local import LocalEngine
 from slime_ext.envs import get_task, list_tasks, make_env
@@ -29,18 +30,6 @@ def _png(width: int, height: int, color: str = "red") -> bytes:
     buf = io.BytesIO()
     Image.new("RGB", (width, height), color).save(buf, format="PNG")
     return buf.getvalue()
-
-
-def _runs(ids: list[int], token: int) -> list[int]:
-    """Lengths of the runs of ``token`` in ``ids``, in order."""
-    runs, prev = [], None
-    for t in ids:
-        if t == token and prev == token:
-            runs[-1] += 1
-        elif t == token:
-            runs.append(1)
-        prev = t
-    return runs
 
 
 @pytest.fixture(scope="module")
@@ -81,11 +70,14 @@ def test_each_image_becomes_one_placeholder_run_of_the_processors_length(rendere
     messages = [{"role": "user", "content": [{"type": "image", "image": small}, {"type": "text", "text": "one"}]},
                 {"role": "user", "content": [{"type": "image", "image": square}, {"type": "text", "text": "two"}]}]
     ids = renderer.render(messages, [])
-    assert _runs(ids, renderer.image_token_id) == [8, 4]
-    assert renderer.grids([small, square]) == [(1, 4, 8), (1, 4, 4)]
+    assert placeholder_runs(ids, renderer.image_token_id) == [8, 4]
+    assert [renderer.tokens_per_image(im) for im in (small, square)] == [8, 4]
     tensors = renderer.train_inputs([small, square])
     assert tensors["image_grid_thw"].tolist() == [[1, 4, 8], [1, 4, 4]]
     assert tensors["pixel_values"].shape[0] == 32 + 16  # one row per patch, the images in order
+    first = first_images(tensors, 1)
+    assert first["image_grid_thw"].tolist() == [[1, 4, 8]] and first["pixel_values"].shape[0] == 32
+    assert (first["pixel_values"] == renderer.train_inputs([small])["pixel_values"]).all()
     text = renderer.tokenizer.decode(ids)
     assert text.index("one") < text.index("two") and text.count("<|vision_start|>") == 2
     assert renderer.render([{"role": "user", "content": "no image"}], []).count(renderer.image_token_id) == 0
@@ -96,7 +88,7 @@ def test_observation_tokens_with_a_screenshot_continue_the_conversation(renderer
     shot = _png(1024, 768)  # a screenshot: the processor scales it to 128x96, 12 tokens
     prompt = seg.prompt_ids("do it", [shot])
     obs = seg.observation_ids("clicked [3]", "user", ended=True, images=[shot])
-    assert _runs(prompt, renderer.image_token_id) == [12] and _runs(obs, renderer.image_token_id) == [12]
+    assert placeholder_runs(prompt, renderer.image_token_id) == [12] and placeholder_runs(obs, renderer.image_token_id) == [12]
     # the observation is exactly what rendering the whole conversation adds after the model's turn
     whole = renderer.render([{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"},
                              {"role": "user", "content": [{"type": "image", "image": shot},
@@ -165,7 +157,7 @@ def test_a_vision_episode_sends_the_screenshots_and_fills_slimes_multimodal_fiel
     assert [len(s) for s in sent] == list(range(1, len(sent) + 1))  # one more screenshot per turn
     assert len({size for images in sent for size in images}) == 1  # the same viewport every time
     for s in outs:
-        runs = _runs(s.tokens, renderer.image_token_id)
+        runs = placeholder_runs(s.tokens, renderer.image_token_id)
         grid = s.multimodal_train_inputs["image_grid_thw"].tolist()
         assert len(runs) == len(grid) == len(s.multimodal_inputs["images"]) >= 1
         assert runs == [t * h * w // 4 for t, h, w in grid]

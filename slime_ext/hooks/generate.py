@@ -156,10 +156,11 @@ async def generate(args: Any, sample: Sample, sampling_params: dict[str, Any],
         return _failed(sample, str(e))
     if settings.samples == "step":
         siblings = step_samples(ep, rollout_id=sample.index)
+        shown = _Shown(ep.images, renderer)
         for s, step in zip(siblings, ep.steps):
             s.group_index, s.index, s.prompt = sample.group_index, sample.index, sample.prompt
             s.response = tok.decode(s.tokens[-s.response_length:], skip_special_tokens=True)
-            _attach_images(s, ep.images[:step.images], renderer)
+            shown.attach(s, step.images)
         return siblings
     filled = episode_sample(ep, rollout_id=sample.index)
     for name in ("tokens", "response_length", "loss_mask", "rollout_log_probs", "reward", "status", "label",
@@ -167,18 +168,29 @@ async def generate(args: Any, sample: Sample, sampling_params: dict[str, Any],
         setattr(sample, name, getattr(filled, name))
     sample.metadata = {**(sample.metadata or {}), **filled.metadata}
     sample.response = tok.decode(ep.response_ids, skip_special_tokens=False)
-    _attach_images(sample, ep.images, renderer)
+    _Shown(ep.images, renderer).attach(sample, len(ep.images))
     return sample
 
 
-def _attach_images(sample: Sample, images: list[bytes], renderer: Any) -> None:
-    """Slime's multimodal fields for a sample whose tokens hold ``images``' placeholder runs: the images
-    (``multimodal_inputs``) and the vision tower's inputs for them (``multimodal_train_inputs``)."""
-    if images:
-        from slime_ext.chat.vision import load_images
+class _Shown:
+    """An episode's images, decoded and processed once, for each of its samples."""
 
-        sample.multimodal_inputs = {"images": load_images(images)}
-        sample.multimodal_train_inputs = renderer.train_inputs(images)
+    def __init__(self, images: list[bytes], renderer: Any) -> None:
+        self.pil: list[Any] = []
+        self.tensors: dict[str, Any] = {}
+        if images:
+            from slime_ext.chat.vision import load_images
+
+            self.pil, self.tensors = load_images(images), renderer.train_inputs(images)
+
+    def attach(self, sample: Sample, n: int) -> None:
+        """Slime's multimodal fields for a sample whose tokens hold the first ``n`` images' placeholder runs: the
+        images (``multimodal_inputs``) and the vision tower's inputs for them (``multimodal_train_inputs``)."""
+        if n:
+            from slime_ext.chat.vision import first_images
+
+            sample.multimodal_inputs = {"images": self.pil[:n]}
+            sample.multimodal_train_inputs = first_images(self.tensors, n)
 
 
 def _failed(sample: Sample, error: str) -> Sample:
