@@ -23,7 +23,7 @@ def render(messages):
 
 
 def fit(messages, budget, context=1000):
-    return fit_messages(messages, render, encode, decode, budget, context)
+    return fit_messages(messages, render(messages), render, encode, decode, budget, context)
 
 
 SYSTEM = " ".join(f"s{i}" for i in range(2000))

@@ -342,12 +342,13 @@ class ChatServer:
         tok = self.tokenizer
         fit = functools.partial(fit_messages, render=render, budget=ctx - min(wanted, ctx // 4), context=ctx,
                                 encode=lambda t: tok.encode(t, add_special_tokens=False), decode=tok.decode)
+        sent = len(ids)
         try:
-            seen, ids, cut = await loop.run_in_executor(self._render_pool, fit, req.messages)
+            seen, ids, cut = await loop.run_in_executor(self._render_pool, fit, req.messages, ids)
         except ValueError as e:
             raise ApiError(str(e), param="messages", code="context_length_exceeded") from None
-        log.info("prompt of %d tokens cut by %d to fit the %d-token context (the system prompt's middle)",
-                 len(ids) + cut, cut, ctx)
+        log.info("prompt of %d tokens cut to %d (%d tokens of the system prompt's middle) to fit the %d-token "
+                 "context", sent, len(ids), cut, ctx)
         self.metrics.inc("openclaw_prompt_tokens_cut_total", cut, help="System-prompt tokens cut to fit the context")
         return seen, ids, cut
 

@@ -40,12 +40,12 @@ def _longest_system(messages: Sequence[dict[str, Any]]) -> int | None:
     return max(found)[1] if found else None
 
 
-def fit_messages(messages: list[dict[str, Any]], render: Callable[[list[dict[str, Any]]], list[int]],
+def fit_messages(messages: list[dict[str, Any]], ids: list[int], render: Callable[[list[dict[str, Any]]], list[int]],
                  encode: Callable[[str], list[int]], decode: Callable[[list[int]], str], budget: int,
                  context: int) -> tuple[list[dict[str, Any]], list[int], int]:
-    """``(messages, their prompt ids, tokens cut)`` with ``len(ids) <= budget``: ``messages`` unchanged when they
-    fit, else with the middle of the longest system message cut (see the module docstring)."""
-    ids = render(messages)
+    """``(messages, their prompt ids, tokens cut)`` with ``len(ids) <= budget``, given ``messages`` and ``ids``,
+    their rendering: unchanged when they fit, else with the middle of the longest system message cut (see the
+    module docstring)."""
     sent = len(ids)
     index = _longest_system(messages)
     tokens = encode(_text(messages[index])) if index is not None else []
