@@ -77,11 +77,10 @@ agent_settings() {
    OPENCLAW_REPO_ROOT="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." &>/dev/null && pwd)"
    export PYTHONUNBUFFERED=1 # keeps Ray from buffering stdout/stderr (as Slime's scripts do)
 
-   case "${ASYNC:-0}" in
-      1 | true | yes | on) AGENT_TRAIN_PY=train_async.py ;;
-      0 | false | no | off | "") AGENT_TRAIN_PY=train.py ;;
-      *) openclaw_die "ASYNC=${ASYNC}: expected 1 (train_async.py) or 0 (train.py)" ;;
-   esac
+   local async
+   openclaw_flag async ASYNC "train_async.py; 0: train.py"
+   AGENT_TRAIN_PY=train.py
+   if ((async)); then AGENT_TRAIN_PY=train_async.py; fi
    SLIME_MODEL="${SLIME_MODEL:-qwen3-8B}"
    [[ $SLIME_MODEL =~ ^[A-Za-z0-9._-]+$ ]] || openclaw_die "SLIME_MODEL=${SLIME_MODEL}: expected a file name under Slime's scripts/models (without .sh)"
    openclaw_find_slime "${AGENT_TRAIN_PY}" "${SLIME_MODEL}.sh"
@@ -98,12 +97,8 @@ agent_settings() {
    fi
    ((NUM_NODES == 1)) || [[ ${REUSE_RAY:-0} == 1 ]] || openclaw_is_dry_run ||
       openclaw_die "NUM_NODES=${NUM_NODES}: start a Ray cluster over the ${NUM_NODES} nodes first (ray start --head here, ray start --address on the others), then run this with REUSE_RAY=1 to submit to it"
-   case "${COLOCATE:-0}" in
-      1 | true | yes | on) AGENT_COLOCATE=1 ;;
-      0 | false | no | off | "") AGENT_COLOCATE=0 ;;
-      *) openclaw_die "COLOCATE=${COLOCATE}: expected 1 (training and rollout share the GPUs) or 0" ;;
-   esac
-   if ((AGENT_COLOCATE)); then
+   openclaw_flag OPENCLAW_COLOCATE COLOCATE "training and rollout share the GPUs in turn"
+   if ((OPENCLAW_COLOCATE)); then
       ACTOR_GPUS="${ACTOR_GPUS:-$NUM_GPUS}"
       ROLLOUT_GPUS=0
    else
@@ -112,7 +107,7 @@ agent_settings() {
    fi
    openclaw_is_uint "$ACTOR_GPUS" || openclaw_die "ACTOR_GPUS=${ACTOR_GPUS}: expected a number"
    openclaw_is_uint "$ROLLOUT_GPUS" || openclaw_die "ROLLOUT_GPUS=${ROLLOUT_GPUS}: expected a number"
-   ((ACTOR_GPUS >= 1 && (ROLLOUT_GPUS >= 1 || AGENT_COLOCATE))) ||
+   ((ACTOR_GPUS >= 1 && (ROLLOUT_GPUS >= 1 || OPENCLAW_COLOCATE))) ||
       openclaw_die "separate training and rollout GPUs are needed (or COLOCATE=1): ACTOR_GPUS=${ACTOR_GPUS}, ROLLOUT_GPUS=${ROLLOUT_GPUS} (NUM_GPUS=${NUM_GPUS})"
    ((ACTOR_GPUS + ROLLOUT_GPUS <= NUM_GPUS)) ||
       openclaw_die "ACTOR_GPUS + ROLLOUT_GPUS must be <= NUM_GPUS (${ACTOR_GPUS} + ${ROLLOUT_GPUS} > ${NUM_GPUS})"
@@ -170,19 +165,15 @@ agent_settings() {
    openclaw_preflight
 }
 
-# VISION and MODEL_PROVIDER (see the top of this file) into AGENT_VISION (true / false) and MODEL_PROVIDER. Slime
+# VISION and MODEL_PROVIDER (see the top of this file) into AGENT_VISION (1 / 0) and MODEL_PROVIDER. Slime
 # v0.3.1 builds a vision-language Megatron model only from its *-vl model files (Qwen3.5); any other vision
 # checkpoint needs a model provider of the user's, so a real run without one is refused here, not mid-job.
 agent_vision_settings() {
-   case "${VISION:-0}" in
-      1 | true | yes | on) AGENT_VISION=true ;;
-      0 | false | no | off | "") AGENT_VISION=false ;;
-      *) openclaw_die "VISION=${VISION}: expected 1 (the setting's images go to a vision-language model) or 0" ;;
-   esac
+   openclaw_flag AGENT_VISION VISION "the setting's images go to a vision-language model"
    MODEL_PROVIDER="${MODEL_PROVIDER:-}"
    [[ -z $MODEL_PROVIDER || $MODEL_PROVIDER =~ ^[A-Za-z_][A-Za-z0-9_.]*\.[A-Za-z_][A-Za-z0-9_]*$ ]] ||
       openclaw_die "MODEL_PROVIDER=${MODEL_PROVIDER}: expected module.function (Slime's --custom-model-provider-path)"
-   if [[ $AGENT_VISION == true && $SLIME_MODEL != *-vl && -z $MODEL_PROVIDER ]]; then
+   if ((AGENT_VISION)) && [[ $SLIME_MODEL != *-vl && -z $MODEL_PROVIDER ]]; then
       local why="VISION=1 trains a vision-language model, but Slime's scripts/models/${SLIME_MODEL}.sh builds a text-only Megatron model: set MODEL_PROVIDER=module.function (a Megatron model provider for ${HF_CKPT##*/} with its vision tower, e.g. Qwen3-VL from Megatron-Bridge; Slime loads it with --custom-model-provider-path), or use a vision model Slime builds itself (SLIME_MODEL=qwen3.5-35B-A3B-vl HF_CKPT=<Qwen3.5-35B-A3B>)"
       openclaw_is_dry_run || openclaw_die "$why"
       openclaw_note "note: ${why}"
@@ -315,7 +306,7 @@ agent_write_config() {
    openclaw_yaml_num context_budget "${CONTEXT_BUDGET}"
    # settings of the user's own (envs/loader.py), loaded by the generate hook on the rollout workers
    [[ -z ${OPENCLAW_RL_SETTINGS:-} ]] || openclaw_yaml_str setting_paths "${OPENCLAW_RL_SETTINGS}"
-   if [[ $AGENT_VISION == true ]]; then # the screenshots go to SGLang and into each sample (chat/vision.py)
+   if ((AGENT_VISION)); then # the screenshots go to SGLang and into each sample (chat/vision.py)
       OPENCLAW_YAML+=("  vision: true")
       OPENCLAW_YAML_SHOWN+=("  vision: true")
    fi
@@ -336,7 +327,7 @@ agent_launch() {
    openclaw_ray_commands "${RAY_GPU_LIST}" "$((ACTOR_GPUS + ROLLOUT_GPUS))"
    local ray_start_cmd=("${OPENCLAW_RAY_START_CMD[@]}")
    local placement=(--rollout-num-gpus "$((ROLLOUT_GPUS * NUM_NODES))")
-   if ((AGENT_COLOCATE)); then
+   if ((OPENCLAW_COLOCATE)); then
       placement=(--colocate) # Slime gives the rollout every actor GPU, in turn
       ((NUM_NODES > 1)) || openclaw_one_gpu_args
    fi
@@ -358,7 +349,7 @@ agent_launch() {
 
    openclaw_note "openclaw-rl agent RL on Slime: setting ${AGENT_SETTING}, ${AGENT_TRAIN_PY}$(openclaw_is_dry_run && echo ' (DRY_RUN=1: nothing is started)')"
    openclaw_note "Slime: ${SLIME_DIR}   Megatron: ${MEGATRON_DIR}   model: ${HF_CKPT} (torch_dist: ${REF_LOAD})"
-   if ((AGENT_COLOCATE)); then
+   if ((OPENCLAW_COLOCATE)); then
       openclaw_note "GPUs: actor and rollout colocated on ${RAY_GPU_LIST} per node, ${NUM_NODES} node(s) (NVLink: ${OPENCLAW_HAS_NVLINK})"
    else
       openclaw_note "GPUs: actor ${ACTOR_GPUS} + rollout ${ROLLOUT_GPUS} on ${RAY_GPU_LIST} per node, ${NUM_NODES} node(s) (NVLink: ${OPENCLAW_HAS_NVLINK})"

@@ -62,6 +62,17 @@ openclaw_die() {
    exit 1
 }
 
+# A yes / no setting: sets the variable named $1 to 1 or 0 from the environment variable named $2 (1, true,
+# yes, on / 0, false, no, off or unset), or dies naming it; $3 says what 1 means.
+openclaw_flag() {
+   local value="${!2:-0}"
+   case "$value" in
+      1 | true | yes | on) printf -v "$1" 1 ;;
+      0 | false | no | off | "") printf -v "$1" 0 ;;
+      *) openclaw_die "$2=${value}: expected 1 ($3) or 0" ;;
+   esac
+}
+
 openclaw_note() {
    printf '# %s\n' "$*"
 }
@@ -325,11 +336,7 @@ openclaw_settings() {
    # judge is external or not a model, then they serve rollouts too (8 GPUs: 4 / 2 / 2, or 4 / 4 / 0).
    local own_judge=1
    if [[ -n $JUDGE_URL || $JUDGE == heuristic || $JUDGE == off ]]; then own_judge=0; fi
-   case "${COLOCATE:-0}" in
-      1 | true | yes | on) OPENCLAW_COLOCATE=1 ;;
-      0 | false | no | off | "") OPENCLAW_COLOCATE=0 ;;
-      *) openclaw_die "COLOCATE=${COLOCATE}: expected 1 (training and serving share the GPUs in turn) or 0" ;;
-   esac
+   openclaw_flag OPENCLAW_COLOCATE COLOCATE "training and serving share the GPUs in turn"
    if ((OPENCLAW_COLOCATE)); then
       openclaw_colocated_split
    else
