@@ -285,9 +285,9 @@ class SGLangEngine:
         self._adapter, self._version = (name, version), version
         self.stats["swaps"] += 1
         stale = [rid for rid, lora in self._streams.items() if lora is not None and lora != name]
-        await asyncio.gather(*(self._post_json("/abort_request", {"rid": rid}, quiet=True) for rid in stale))
+        await asyncio.gather(*(self._post_json("/abort_request", {"rid": rid}, on_error=logging.DEBUG) for rid in stale))
         while len(self._loaded) > 2:  # the current adapter and the one before it stay loaded
-            await self._post_json("/unload_lora_adapter", {"lora_name": self._loaded.pop(0)}, quiet=True)
+            await self._post_json("/unload_lora_adapter", {"lora_name": self._loaded.pop(0)}, on_error=logging.WARNING)
         log.info("LoRA adapter v%d loaded into %s (%d running streams moved onto it)", version, self.url, len(stale))
 
     async def close(self) -> None:
@@ -376,17 +376,9 @@ class SGLangEngine:
     def _abort_later(self, rid: str) -> None:
         """Tell SGLang to drop a request we stopped reading (best effort, in the background)."""
 
-        async def abort() -> None:
-            try:
-                async with _timeout(5):
-                    async with self._client().post(self.url + "/abort_request", json={"rid": rid},
-                                                   headers=self._headers()) as resp:
-                        await resp.read()
-            except Exception as e:  # the stream's closed connection aborts it too
-                log.debug("abort_request for %s: %s", rid, e)
-
-        try:
-            task = asyncio.get_running_loop().create_task(abort())
+        try:  # a failure is only logged: the stream's closed connection aborts it too
+            task = asyncio.get_running_loop().create_task(
+                self._post_json("/abort_request", {"rid": rid}, on_error=logging.DEBUG, timeout_s=5))
         except RuntimeError:
             return
         self._background.add(task)
@@ -436,10 +428,12 @@ class SGLangEngine:
             raise _Retry(f"aborted by the server: {message}")
         raise EngineError(f"SGLang aborted the request (status {status}): {message}")
 
-    async def _post_json(self, path: str, body: dict[str, Any], quiet: bool = False) -> dict[str, Any]:
-        """POST ``body`` to ``path``; EngineError when it fails (``quiet``: logged instead, for best-effort calls)."""
+    async def _post_json(self, path: str, body: dict[str, Any], on_error: int | None = None,
+                         timeout_s: float | None = None) -> dict[str, Any]:
+        """POST ``body`` to ``path``; EngineError when it fails, or (``on_error``: a logging level, for best-effort
+        calls) the failure logged at that level and ``{}``."""
         try:
-            async with _timeout(self.timeout_s):
+            async with _timeout(timeout_s or self.timeout_s):
                 async with self._client().post(self.url + path, json=body, headers=self._headers()) as resp:
                     text = await resp.text()
                     if resp.status >= 400:
@@ -449,9 +443,9 @@ class SGLangEngine:
                 raise EngineError(f"SGLang {path} failed: {out.get('error_message') or out.get('message') or out}")
             return out if isinstance(out, dict) else {}
         except Exception as e:
-            if not quiet:
+            if on_error is None:
                 raise e if isinstance(e, EngineError) else EngineError(f"SGLang {path} failed: {e}") from None
-            log.warning("SGLang %s %s: %s", path, body, e)
+            log.log(on_error, "SGLang %s %s: %s", path, body, e)
             return {}
 
     async def _stream(self, payload: dict[str, Any], deadline: float | None, version: int | None = None,
