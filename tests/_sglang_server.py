@@ -41,8 +41,11 @@ mid-generation. The local engine does not stop at the tokenizer's EOS by itself 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -374,3 +377,25 @@ async def _finish(resp: web.StreamResponse, out: dict) -> web.StreamResponse:
 async def _json(request: web.Request) -> dict:
     raw = await request.read()
     return json.loads(raw) if raw else {}
+
+
+@contextlib.contextmanager
+def serving_in_thread(model_dir, **kw) -> Iterator[FakeSGLangServer]:
+    """A ``FakeSGLangServer`` on a float32, one-thread ``LocalEngine`` of ``model_dir`` (``kw``: the server's
+    options), on its own event loop in a thread: for code under test that runs event loops of its own (Slime's
+    hooks, a server subprocess). Stopped on exit."""
+    from slime_ext.engines.local import LocalEngine
+
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+
+    async def up():
+        return await FakeSGLangServer(LocalEngine(model_dir, dtype="float32", threads=1), **kw).start()
+
+    fake = asyncio.run_coroutine_threadsafe(up(), loop).result(60)
+    try:
+        yield fake
+    finally:
+        asyncio.run_coroutine_threadsafe(fake.stop(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+

@@ -11,7 +11,6 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 import types
 from pathlib import Path
 
@@ -112,22 +111,14 @@ def test_what_cannot_load_is_named_with_why(tmp_path, content, message):
 def test_slimes_generate_hook_plays_the_users_setting(setting_dir):
     """Slime's rollout worker: the plugin config's ``setting_paths`` loads the setting; one episode through an
     SGLang-protocol server backed by the tiny model."""
-    from _sglang_server import FakeSGLangServer
+    from _sglang_server import serving_in_thread
 
-    from slime_ext.engines.local import LocalEngine
     from slime_ext.hooks.generate import generate
     from slime_ext.models import resolve_model
     from slime_ext.types import Sample
 
     model_dir = resolve_model("tiny")
-    loop = asyncio.new_event_loop()
-    threading.Thread(target=loop.run_forever, daemon=True).start()
-
-    async def up():
-        return await FakeSGLangServer(LocalEngine(model_dir, dtype="float32", threads=1)).start()
-
-    fake = asyncio.run_coroutine_threadsafe(up(), loop).result(60)
-    try:
+    with serving_in_thread(model_dir) as fake:
         host, port = fake.url.split("//")[1].split(":")
         args = types.SimpleNamespace(sglang_router_ip=host, sglang_router_port=int(port), hf_checkpoint=str(model_dir),
                                      openclaw_rl_env={"max_turns": 1, "setting_paths": [str(setting_dir)]})
@@ -136,6 +127,3 @@ def test_slimes_generate_hook_plays_the_users_setting(setting_dir):
         assert out.status in (Sample.Status.COMPLETED, Sample.Status.TRUNCATED), out.metadata
         assert out.reward in (-1.0, 1.0) and out.metadata["task_id"] == "echo-apple"
         assert out.response_length == len(out.loss_mask) > 0
-    finally:
-        asyncio.run_coroutine_threadsafe(fake.stop(), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)

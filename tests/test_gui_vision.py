@@ -6,11 +6,10 @@ and the text settings refuse images with a clear error."""
 
 import asyncio
 import io
-import threading
 import types
 
 import pytest
-from _sglang_server import FakeSGLangServer
+from _sglang_server import serving_in_thread
 from _tiny_vl import make_tiny_vl
 
 from slime_ext.chat.vision import first_images, placeholder_runs
@@ -48,19 +47,10 @@ def renderer(tiny_vl):
 def vl_router(tiny_vl, renderer):
     from transformers import AutoImageProcessor
 
-    loop = asyncio.new_event_loop()
-    threading.Thread(target=loop.run_forever, daemon=True).start()
-
-    async def up():
-        return await FakeSGLangServer(LocalEngine(tiny_vl, dtype="float32", threads=1),
-                                      image_processor=AutoImageProcessor.from_pretrained(str(tiny_vl)),
-                                      image_token_id=renderer.image_token_id).start()
-
-    fake = asyncio.run_coroutine_threadsafe(up(), loop).result(60)
-    host, port = fake.url.split("//")[1].split(":")
-    yield types.SimpleNamespace(ip=host, port=int(port), model_dir=str(tiny_vl), fake=fake)
-    asyncio.run_coroutine_threadsafe(fake.stop(), loop).result(30)
-    loop.call_soon_threadsafe(loop.stop)
+    with serving_in_thread(tiny_vl, image_processor=AutoImageProcessor.from_pretrained(str(tiny_vl)),
+                           image_token_id=renderer.image_token_id) as fake:
+        host, port = fake.url.split("//")[1].split(":")
+        yield types.SimpleNamespace(ip=host, port=int(port), model_dir=str(tiny_vl), fake=fake)
 
 
 def test_each_image_becomes_one_placeholder_run_of_the_processors_length(renderer):

@@ -5,29 +5,18 @@ Here the SGLang server is the protocol test server backed by the tiny model."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 
 import pytest
-from _sglang_server import FakeSGLangServer
+from _sglang_server import serving_in_thread
 
-from slime_ext.engines.local import LocalEngine
 from slime_ext.models import resolve_model
 
 
 @pytest.fixture
 def sglang():
-    loop = asyncio.new_event_loop()
-    threading.Thread(target=loop.run_forever, daemon=True).start()
-
-    async def up():
-        return await FakeSGLangServer(LocalEngine(resolve_model("tiny"), dtype="float32", threads=1)).start()
-
-    fake = asyncio.run_coroutine_threadsafe(up(), loop).result(60)
-    yield fake
-    asyncio.run_coroutine_threadsafe(fake.stop(), loop).result(30)
-    loop.call_soon_threadsafe(loop.stop)
+    with serving_in_thread(resolve_model("tiny")) as fake:
+        yield fake
 
 
 def wait(pred, timeout=240):

@@ -2,13 +2,11 @@
 tiny model: episode samples with the right masks, per-step fan-out, and bad rows dropped with a reason."""
 
 import asyncio
-import threading
 import types
 
 import pytest
-from _sglang_server import FakeSGLangServer
+from _sglang_server import serving_in_thread
 
-from slime_ext.engines.local import LocalEngine
 from slime_ext.envs import list_tasks
 from slime_ext.hooks.generate import EnvSettings, generate, task_of
 from slime_ext.models import resolve_model
@@ -18,17 +16,9 @@ from slime_ext.types import Sample
 @pytest.fixture(scope="module")
 def router():
     model_dir = resolve_model("tiny")
-    loop = asyncio.new_event_loop()
-    threading.Thread(target=loop.run_forever, daemon=True).start()
-
-    async def up():
-        return await FakeSGLangServer(LocalEngine(model_dir, dtype="float32", threads=1)).start()
-
-    fake = asyncio.run_coroutine_threadsafe(up(), loop).result(60)
-    host, port = fake.url.split("//")[1].split(":")
-    yield types.SimpleNamespace(ip=host, port=int(port), model_dir=str(model_dir))
-    asyncio.run_coroutine_threadsafe(fake.stop(), loop).result(30)
-    loop.call_soon_threadsafe(loop.stop)
+    with serving_in_thread(model_dir) as fake:
+        host, port = fake.url.split("//")[1].split(":")
+        yield types.SimpleNamespace(ip=host, port=int(port), model_dir=str(model_dir))
 
 
 def _args(router, **env):

@@ -38,38 +38,27 @@ def converse(port, n, offset=0):
 def sglang_source(tmp_path):
     """A LiveSource as Slime runs it: the SGLang engine client, here talking to the SGLang-protocol
     test server (tests/_sglang_server.py, backed by the embedded engine on tiny) in its own thread."""
-    import asyncio
-
-    from _sglang_server import FakeSGLangServer
+    from _sglang_server import serving_in_thread
     from transformers import AutoTokenizer
 
-    from slime_ext.engines.local import LocalEngine
     from slime_ext.engines.sglang import SGLangEngine
     from slime_ext.models import resolve_model
 
     model_dir = resolve_model("tiny")
-    loop = asyncio.new_event_loop()
-    threading.Thread(target=loop.run_forever, daemon=True).start()
+    with serving_in_thread(model_dir) as fake:
+        sources = []
 
-    async def up():
-        return await FakeSGLangServer(LocalEngine(model_dir, dtype="float32", threads=1)).start()
+        def make(method, **settings):
+            cfg = ServeConfig(model="tiny", port=0, run_dir=str(tmp_path / method), method=method, judge="heuristic",
+                              **settings)
+            src = LiveSource(cfg, lambda: SGLangEngine.connect(fake.url), AutoTokenizer.from_pretrained(str(model_dir)),
+                             poll_s=0.1).start()
+            sources.append(src)
+            return src
 
-    fake = asyncio.run_coroutine_threadsafe(up(), loop).result(60)
-    sources = []
-
-    def make(method, **settings):
-        cfg = ServeConfig(model="tiny", port=0, run_dir=str(tmp_path / method), method=method, judge="heuristic",
-                          **settings)
-        src = LiveSource(cfg, lambda: SGLangEngine.connect(fake.url), AutoTokenizer.from_pretrained(str(model_dir)),
-                         poll_s=0.1).start()
-        sources.append(src)
-        return src
-
-    yield make
-    for s in sources:
-        s.stop()
-    asyncio.run_coroutine_threadsafe(fake.stop(), loop).result(30)
-    loop.call_soon_threadsafe(loop.stop)
+        yield make
+        for s in sources:
+            s.stop()
 
 
 @pytest.mark.parametrize("method", ["combine", "binary"])
