@@ -17,13 +17,18 @@ one) marks the connection ``request``, and the request's task ending marks it ``
 
 At ``max_connections`` a new connection evicts the connection that has waited longest in ``head``
 or ``idle``; when every connection is busy with a request, the new one is refused (closed at
-once). The process never reaches its file-descriptor limit, so ``accept()`` never fails.
+once). The guard accepts connections itself (``_Acceptor``): asyncio's own accept loop takes up to
+``backlog`` sockets at every wake-up however many are open or still closing, so a flood of
+connects outran the evictions and ``accept()`` failed with "Too many open files". Ours stops
+reading the listening socket while ``max_connections + ACCEPT_SLACK`` accepted sockets are open,
+so the process never reaches its file-descriptor limit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from collections import Counter
 from typing import Any, Callable
@@ -32,8 +37,9 @@ from aiohttp import web
 
 log = logging.getLogger(__name__)
 
-FD_RESERVE = 64  # descriptors kept for the store, model files, pipes and logs
-BACKLOG = 128  # connections the kernel queues; asyncio accepts up to this many before any is admitted
+FD_RESERVE = 64  # descriptors kept for the store, model files, pipes and logs (a server uses ~15)
+BACKLOG = 128  # connections the kernel queues while none is accepted (no descriptor of ours)
+ACCEPT_SLACK = 64  # accepted sockets beyond the cap: new ones that evict a waiting one while it closes
 
 
 class ConnectionGuard:
@@ -56,11 +62,12 @@ class ConnectionGuard:
         return len(self._conns)
 
     # ------------------------------------------------------------------ serving
-    async def listen(self, server: web.Server, host: str, port: int, backlog: int = BACKLOG) -> asyncio.AbstractServer:
+    async def listen(self, server: web.Server, host: str, port: int, backlog: int = BACKLOG) -> Listener:
         """Listen on ``host:port`` with aiohttp's ``server`` (``AppRunner.server``) behind the guard."""
         loop = asyncio.get_running_loop()
-        listener = await loop.create_server(lambda: _Conn(self, server()), host, port, backlog=backlog,
-                                            reuse_address=True)
+        infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        listener = Listener(bind_sockets(infos, backlog), loop, lambda release: _Conn(self, server(), release),
+                            limit=self.max_connections + ACCEPT_SLACK)
         if self._sweeper is None:
             self._sweeper = asyncio.create_task(self._sweep_forever())
         return listener
@@ -155,9 +162,10 @@ class ConnectionGuard:
 class _Conn(asyncio.Protocol):
     """aiohttp's protocol object for one connection, with the guard told of every event."""
 
-    def __init__(self, guard: ConnectionGuard, handler: Any) -> None:
+    def __init__(self, guard: ConnectionGuard, handler: Any, release: Callable[[], None] = lambda: None) -> None:
         self.guard = guard
         self.handler = handler
+        self.release = release  # the acceptor's count of open sockets, told when this one closes
         self.transport: asyncio.Transport | None = None
         self.phase = "new"
         self.since = 0.0
@@ -183,6 +191,8 @@ class _Conn(asyncio.Protocol):
     def connection_lost(self, exc: BaseException | None) -> None:
         self.guard.closed(self)
         self.transport = None
+        self.release()  # the transport closes its socket right after this call
+        self.release = lambda: None
         if self.live:
             self.live = False
             self.handler.connection_lost(exc)
@@ -194,6 +204,99 @@ class _Conn(asyncio.Protocol):
     def resume_writing(self) -> None:
         if self.live:
             self.handler.resume_writing()
+
+
+def bind_sockets(infos: list, backlog: int) -> list[socket.socket]:
+    """Non-blocking listening sockets, one per distinct address ``getaddrinfo`` gave, as asyncio's
+    ``create_server`` makes them (SO_REUSEADDR, IPv6 sockets IPv6-only)."""
+    socks: list[socket.socket] = []
+    try:
+        for family, type_, proto, _name, addr in dict.fromkeys((i[0], i[1], i[2], "", i[4]) for i in infos):
+            sock = socket.socket(family, type_, proto)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(addr)
+            except OSError as e:
+                raise OSError(e.errno, f"could not listen on {addr[0]}:{addr[1]}: {e.strerror}") from None
+            sock.listen(backlog)
+            sock.setblocking(False)
+    except BaseException:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
+
+
+class Listener:
+    """Accepts connections on ``sockets`` while fewer than ``limit`` accepted sockets are open; at
+    ``limit`` it stops reading them (the kernel queues new connections) until one closes. Each
+    accepted socket gets the protocol ``factory(release)`` makes; the protocol calls ``release()``
+    once, when its connection is lost. Closing the listener stops accepting; open connections stay."""
+
+    def __init__(self, sockets: list[socket.socket], loop: asyncio.AbstractEventLoop,
+                 factory: Callable[[Callable[[], None]], asyncio.Protocol], limit: int) -> None:
+        self.sockets = sockets
+        self.loop = loop
+        self.factory = factory
+        self.limit = limit
+        self.open = 0
+        self._reading = False
+        self._closed = False
+        self._resume()
+
+    def _resume(self) -> None:
+        if not self._reading and not self._closed and self.open < self.limit:
+            for sock in self.sockets:
+                self.loop.add_reader(sock.fileno(), self._accept, sock)
+            self._reading = True
+
+    def _pause(self) -> None:
+        if self._reading:
+            for sock in self.sockets:
+                self.loop.remove_reader(sock.fileno())
+            self._reading = False
+
+    def _accept(self, sock: socket.socket) -> None:
+        while self.open < self.limit:
+            try:
+                conn, _addr = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:  # e.g. ECONNABORTED, or a limit outside this process: try again in a second
+                log.warning("accept() failed: %s; retrying in 1 s", e)
+                self._pause()
+                self.loop.call_later(1.0, self._resume)
+                return
+            conn.setblocking(False)
+            self.open += 1
+            self.loop.create_task(self._serve(conn))
+        self._pause()
+
+    async def _serve(self, conn: socket.socket) -> None:
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.open -= 1
+                self._resume()
+
+        try:
+            await self.loop.connect_accepted_socket(lambda: self.factory(release), sock=conn)
+        except Exception as e:  # the peer went away before the transport was made
+            log.debug("connection dropped before it was set up: %s", e)
+            conn.close()
+            release()
+
+    def close(self) -> None:
+        self._pause()
+        self._closed = True
+        for sock in self.sockets:
+            sock.close()
 
 
 def raise_open_files_limit() -> tuple[int, int]:
@@ -216,11 +319,11 @@ def raise_open_files_limit() -> tuple[int, int]:
     return soft, want
 
 
-def connection_cap(wanted: int, open_files: int, backlog: int = BACKLOG) -> int:
-    """The connection cap under which the process never runs out of descriptors: one burst of
-    ``backlog`` accepted sockets (asyncio accepts them before the guard sees any) and
-    ``FD_RESERVE`` descriptors for everything else fit on top of it."""
-    return max(16, min(wanted, open_files - backlog - FD_RESERVE))
+def connection_cap(wanted: int, open_files: int) -> int:
+    """The connection cap under which the process never runs out of descriptors: the listener's
+    ``ACCEPT_SLACK`` sockets beyond the cap and ``FD_RESERVE`` descriptors for everything else fit
+    on top of it."""
+    return max(16, min(wanted, open_files - ACCEPT_SLACK - FD_RESERVE))
 
 
 class RateLimitFilter(logging.Filter):
