@@ -40,20 +40,20 @@ async def idle(eng) -> None:
 async def test_a_sampling_failure_fails_that_request_alone(engine, monkeypatch, fail_at):
     ps = prompts(3)
     alone = [await run(engine, p, temperature=1.0, seed=i, max_new_tokens=20) for i, p in enumerate(ps)]
-    real_sample, calls = local._sample, {}
+    real_sample, calls = local.sample_token, {}
 
-    def sample(torch_, logp, sampling, generator):
-        if sampling.seed == 99:
+    def sample(logp, temperature, top_p, generator):
+        if top_p == 0.999:  # the bad request's mark
             calls[99] = calls.get(99, 0) + 1
             if calls[99] > fail_at:
                 raise ValueError("injected sampling failure")
-        return real_sample(torch_, logp, sampling, generator)
+        return real_sample(logp, temperature, top_p, generator)
 
-    monkeypatch.setattr(local, "_sample", sample)
+    monkeypatch.setattr(local, "sample_token", sample)
 
     async def bad():
         with pytest.raises(EngineError, match="injected sampling failure"):
-            await run(engine, ps[1], temperature=1.0, seed=99, max_new_tokens=20)
+            await run(engine, ps[1], temperature=1.0, top_p=0.999, seed=99, max_new_tokens=20)
 
     async def good(i):
         await asyncio.sleep(0.01 * i)  # admitted before and after the bad one

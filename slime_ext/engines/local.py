@@ -44,6 +44,7 @@ from typing import Any, AsyncIterator, Sequence
 
 from slime_ext.engines.base import EngineError, SamplingParams, TokenOut
 from slime_ext.engines.prefix_cache import PrefixCache
+from slime_ext.engines.sampling import sample_token
 from slime_ext.logprobs import output_logits, target_logprobs
 
 log = logging.getLogger(__name__)
@@ -412,7 +413,7 @@ class LocalEngine:
                 keep.append(False)
                 continue
             try:
-                token = _sample(torch, logp[i], req.sampling, req.generator)
+                token = sample_token(logp[i], req.sampling.temperature, req.sampling.top_p, req.generator)
             except Exception as exc:
                 log.exception("request %d: sampling failed", req.id)
                 items.append((req, EngineError(f"sampling failed: {exc}")))
@@ -637,21 +638,6 @@ def _left_pad(t, width: int, dim: int = 2):
     shape = list(t.shape)
     shape[dim] = pad
     return torch.cat([t.new_zeros(shape), t], dim=dim)
-
-
-def _sample(torch, logp, sampling: SamplingParams, generator) -> int:
-    """Greedy at temperature 0; otherwise nucleus sampling from the temperature-scaled log-probs."""
-    if sampling.temperature <= 0:
-        return int(logp.argmax())
-    probs = logp.exp()
-    if sampling.top_p < 1.0:
-        sorted_p, order = probs.sort(descending=True)
-        cum = sorted_p.cumsum(0)
-        cut = cum - sorted_p >= sampling.top_p  # drop tokens once the mass before them reaches top_p
-        cut[0] = False  # the most likely token always stays (top_p = 0 is greedy)
-        sorted_p[cut] = 0.0
-        probs = torch.zeros_like(probs).scatter_(0, order, sorted_p)
-    return int(torch.multinomial(probs, 1, generator=generator))
 
 
 def lora_pairs(tensors: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
