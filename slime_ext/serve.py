@@ -49,7 +49,7 @@ def build_server(cfg: ServeConfig, engine=None, tokenizer=None):
         engine = LocalEngine(
             model_dir, dtype=cfg.dtype, threads=threads,
             max_batch_size=cfg.max_batch_size, context_length=cfg.context_length or None,
-            prefix_cache_tokens=cfg.prefix_cache_tokens, device=str(device),
+            prefix_cache_tokens=cfg.prefix_cache_tokens, device=str(device), training=cfg.method != "none",
         )
     store = Store(cfg.resolved_run_dir())
     tracker = SessionTracker(

@@ -1,0 +1,81 @@
+"""The embedded engine's linear layers with weights pre-packed for oneDNN, on the CPU.
+
+Invariant: a packed layer computes ``F.linear(x, weight, bias)`` of the weight tensor its module
+holds now, up to the kernel's summation order. A packing is made for one weight tensor: when a
+swap re-points the module at another tensor, the layer computes with ``F.linear`` until it is
+packed again (``pack``), and an in-place change of a weight must be followed by ``pack``.
+
+Why (measured on 2 cores, SmolLM2-135M's 211 layers per decode step, docs/engine.md): oneDNN
+reorders a plain weight into its blocked layout at every call: packed, the model body's bfloat16
+decode step takes 24.4 / 26.0 / 28.7 ms at 1 / 8 / 16 rows against 30.4 / 32.3 / 34.6 unpacked.
+float32 is not packed: MKL serves it as fast (27.2 / 42.3 / 49.6 ms packed against 26.9 / 42.1 /
+50.5). Forward hooks (the ``self`` judge's frozen-base rows) still run:
+the module is called as before, only its ``forward`` is replaced.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterable
+
+import torch
+
+log = logging.getLogger(__name__)
+
+MIN_ROWS = {torch.bfloat16: 1}  # the dtypes packed, and the fewest rows for which packing pays
+
+
+def packing_available() -> bool:
+    """Whether this torch build has oneDNN's packed linear (x86 CPU builds have)."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def pack_weight(weight: torch.Tensor) -> Any:
+    """oneDNN's blocked layout of a ``[out, in]`` weight."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+
+
+class PackedLinears:
+    """Packs the linear layers of ``model`` (not its output layer: the engine computes logits with
+    a float32 copy) and routes their forward through the packed weights."""
+
+    def __init__(self, model: torch.nn.Module, dtype: torch.dtype) -> None:
+        self.min_rows = MIN_ROWS.get(dtype, 1 << 30)
+        head = model.get_output_embeddings()
+        self.modules = {name: m for name, m in model.named_modules()
+                        if isinstance(m, torch.nn.Linear) and m is not head}
+        self._packs: dict[str, tuple[int, Any]] = {}  # module name -> (weight data_ptr, packed weight)
+        self.pack(self.modules)
+        for name, module in self.modules.items():
+            module.forward = self._forward_of(name, module)
+
+    def pack(self, names: Iterable[str]) -> None:
+        """(Re)pack the named modules' current weights."""
+        for name in names:
+            weight = self.modules[name].weight
+            self._packs[name] = (weight.data_ptr(), pack_weight(weight))
+
+    def prepared(self, weights: dict[str, torch.Tensor]) -> dict[str, tuple[int, Any]]:
+        """Packings of new weights (``{module name: tensor}``), made off the worker thread, to
+        ``install`` when the module holds exactly these tensors."""
+        return {name: (w.data_ptr(), pack_weight(w)) for name, w in weights.items() if name in self.modules}
+
+    def install(self, packs: dict[str, tuple[int, Any]]) -> None:
+        self._packs.update(packs)
+
+    def unpacked(self) -> list[str]:
+        """Modules whose packing is not of the weight tensor they hold (they compute unpacked)."""
+        return [n for n, m in self.modules.items() if self._packs.get(n, (None,))[0] != m.weight.data_ptr()]
+
+    def _forward_of(self, name: str, module: torch.nn.Linear):
+        plain = torch.nn.functional.linear
+
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            entry = self._packs.get(name)
+            weight = module.weight
+            if entry is None or x.numel() < self.min_rows * x.shape[-1] or entry[0] != weight.data_ptr() \
+                    or x.dtype != weight.dtype:
+                return plain(x, weight, module.bias)
+            return torch.ops.mkldnn._linear_pointwise(x, entry[1], module.bias, "none", [], "")
+
+        return forward
