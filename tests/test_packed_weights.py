@@ -68,3 +68,19 @@ async def test_packed_engine_agrees_with_the_plain_one_through_swaps():
 
 def _close(a: tuple[list[float], list[int]], b: tuple[list[float], list[int]]) -> bool:
     return a[1] == b[1] and max(abs(x - y) for x, y in zip(a[0], b[0])) < 1e-3
+
+
+def test_head_logits_keep_the_distribution_exact_where_its_mass_is():
+    from slime_ext.engines.packed import EXACT_TOP, head_logits, pack_weight
+
+    g = torch.Generator().manual_seed(0)
+    head = (torch.randn(5000, 64, generator=g) * 0.5).bfloat16()
+    hidden = (torch.randn(6, 64, generator=g) * 2).bfloat16()
+    exact = hidden.float() @ head.float().T
+    got = head_logits(hidden, pack_weight(head), head.float())
+    top = exact.topk(EXACT_TOP // 2, dim=-1).indices  # a margin: rounding may reorder the last few of the top
+    assert torch.allclose(got.gather(1, top), exact.gather(1, top), atol=1e-5)  # the top ones: float32
+    rounded = (got - exact).abs().max().item()
+    assert 0 < rounded < 0.1  # the rest: bfloat16 rounding of the logits, nothing worse
+    logp_err = (torch.log_softmax(got, -1) - torch.log_softmax(exact, -1)).gather(1, top).abs().max().item()
+    assert logp_err < 1e-3, logp_err  # the log-normalizer barely moves

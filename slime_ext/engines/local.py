@@ -44,7 +44,7 @@ from typing import Any, AsyncIterator, Sequence
 
 from slime_ext.engines.attention import register as register_attention
 from slime_ext.engines.base import EngineError, SamplingParams, TokenOut
-from slime_ext.engines.packed import MIN_ROWS, PackedLinears, packing_available
+from slime_ext.engines.packed import MIN_ROWS, PackedLinears, head_logits, pack_weight, packing_available
 from slime_ext.engines.prefix_cache import PrefixCache
 from slime_ext.engines.sampling import sample_token
 from slime_ext.logprobs import output_logits, target_logprobs
@@ -141,6 +141,7 @@ class LocalEngine:
         self._base_replaced = False  # a full-weight update replaced the base: no frozen base left
         self._swap_lock = threading.Lock()
         self._head = None  # fp32 copy of the output layer, refreshed after each swap
+        self._head_packed = None  # its packed bfloat16 weight (packed engines only), refreshed with it
         self._ids = itertools.count(1)
         self._stop = threading.Event()
         self.stats = {"steps": 0, "tokens": 0, "prefill_tokens": 0, "swaps": 0}
@@ -494,7 +495,11 @@ class LocalEngine:
         return self._head
 
     def _logits(self, hidden):
-        return output_logits(hidden, self._fp32_head())
+        if self._packed is None or hidden.dtype != self._torch.bfloat16:
+            return output_logits(hidden, self._fp32_head())
+        if self._head_packed is None:
+            self._head_packed = pack_weight(self.model.get_output_embeddings().weight)
+        return head_logits(hidden, self._head_packed, self._fp32_head())
 
     def _score(self, ids: list[int], start: int) -> list[float]:
         torch = self._torch
@@ -569,7 +574,7 @@ class LocalEngine:
                     if r.sampling.frozen_base:
                         r.emit(EngineError(_NO_FROZEN_BASE))
                 self._keep_rows([not f for f in frozen])
-        self._head = None
+        self._head = self._head_packed = None
         if self.prefix_cache:
             self.prefix_cache.clear()  # computed with the old weights
         self._restart_prefills()

@@ -30,6 +30,22 @@ def packing_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
+EXACT_TOP = 32  # logits recomputed in float32 per row: the ones that carry the distribution's mass
+
+
+def head_logits(hidden: torch.Tensor, packed_head: Any, head_fp32: torch.Tensor, exact_top: int = EXACT_TOP) -> torch.Tensor:
+    """float32 logits ``[B, V]`` of bfloat16 ``hidden`` ``[B, H]``: all from the packed bfloat16
+    output layer, then the ``exact_top`` largest of each row recomputed with the float32 copy.
+
+    The packed layer rounds each logit to bfloat16 (about 0.03 at a logit of 10); recomputing the
+    top ones makes the log-normalizer exact up to the mass outside them times that rounding. The
+    float32 layer alone read 113 MB per step for SmolLM2: 15-23% of a decode step."""
+    logits = torch.ops.mkldnn._linear_pointwise(hidden, packed_head, None, "none", [], "").float()
+    top = logits.topk(min(exact_top, logits.shape[-1]), dim=-1).indices  # [B, k]
+    exact = torch.einsum("bh,bkh->bk", hidden.float(), head_fp32[top])
+    return logits.scatter_(1, top, exact)
+
+
 def pack_weight(weight: torch.Tensor) -> Any:
     """oneDNN's blocked layout of a ``[out, in]`` weight."""
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
