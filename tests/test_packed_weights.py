@@ -84,3 +84,47 @@ def test_head_logits_keep_the_distribution_exact_where_its_mass_is():
     assert 0 < rounded < 0.1  # the rest: bfloat16 rounding of the logits, nothing worse
     logp_err = (torch.log_softmax(got, -1) - torch.log_softmax(exact, -1)).gather(1, top).abs().max().item()
     assert logp_err < 1e-3, logp_err  # the log-normalizer barely moves
+
+
+def grid_weight(out_f: int, in_f: int, seed: int) -> torch.Tensor:
+    """A weight as a Q4_1 GGUF stores it: per group of 32, scale * q + min with q in 0..15, where
+    the group's smallest weight is q = 0 and its largest q = 15 (how Q4_1 picks scale and min)."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randint(0, 16, (out_f, in_f // 32, 32), generator=g).float()
+    q[..., 0], q[..., 1] = 0, 15
+    scale = torch.rand(out_f, in_f // 32, 1, generator=g) * 0.01 + 1e-3
+    low = -8 * scale + torch.randn(out_f, in_f // 32, 1, generator=g) * 1e-3
+    return (q * scale + low).reshape(out_f, in_f).bfloat16()
+
+
+def test_one_row_reads_int4_only_while_the_weight_is_the_4bit_checkpoints():
+    from slime_ext.engines.packed import pack_int4
+
+    assert pack_int4(grid_weight(64, 96, 0)) is not None
+    assert pack_int4((torch.randn(64, 96) * 0.02).bfloat16()) is None  # full precision: never quantized
+
+    model = torch.nn.Module()
+    model.a = torch.nn.Linear(96, 64, bias=False).bfloat16()
+    model.b = torch.nn.Linear(96, 64, bias=False).bfloat16()
+    model.get_output_embeddings = lambda: None
+    with torch.no_grad():
+        model.a.weight.copy_(grid_weight(64, 96, 1))
+        model.b.weight.copy_((torch.randn(64, 96) * 0.02).bfloat16())
+    packed = PackedLinears(model, torch.bfloat16)
+    assert set(packed._int4) == {"a"}
+    x = torch.randn(1, 1, 96).bfloat16()
+    orig = model.a.weight.data
+    with torch.inference_mode():
+        want = torch.nn.functional.linear(x.float(), orig.float())
+        assert (model.a(x).float() - want).abs().max().item() < 2e-2 * want.abs().max().item()
+        new = grid_weight(64, 96, 2) * 0.5
+        model.a.weight.data = new  # a swap re-points the module at another tensor: not read as int4
+        assert torch.allclose(model.a(x).float(), torch.nn.functional.linear(x, new).float(), atol=1e-2, rtol=1e-2)
+        model.a.weight.data = orig  # back to base: int4 again
+        assert (model.a(x).float() - want).abs().max().item() < 2e-2 * want.abs().max().item()
+    with torch.no_grad():
+        orig.copy_(new)  # an in-place update, which the engine follows with pack(): int4 is gone
+    packed.pack(["a"])
+    assert "a" not in packed._int4
+    with torch.inference_mode():
+        assert torch.allclose(model.a(x).float(), torch.nn.functional.linear(x, new).float(), atol=1e-2, rtol=1e-2)

@@ -46,6 +46,29 @@ def head_logits(hidden: torch.Tensor, packed_head: Any, head_fp32: torch.Tensor,
     return logits.scatter_(1, top, exact)
 
 
+Q4_GROUP = 32  # weights per scale and zero point, as in GGUF's Q4_0 / Q4_1
+
+
+def pack_int4(weight: torch.Tensor) -> tuple[Any, torch.Tensor] | None:
+    """A bfloat16 ``[out, in]`` weight as int4 with a bf16 scale and zero point per group of 32, for
+    ``aten::_weight_int4pack_mm_for_cpu``; None unless the weight already lies on such a grid (a
+    checkpoint converted from a 4-bit GGUF, like SmolLM2's): within 1/128 of each group's range, i.e.
+    bf16 rounding of the grid, never a real quantization of a full-precision weight."""
+    out_f, in_f = weight.shape
+    if in_f % Q4_GROUP or out_f % 8:
+        return None
+    w = weight.detach().float().reshape(out_f, in_f // Q4_GROUP, Q4_GROUP)
+    lo, hi = w.amin(-1, keepdim=True), w.amax(-1, keepdim=True)
+    scale = (hi - lo) / 15
+    q = ((w - lo) / scale.clamp_min(1e-12)).round().clamp(0, 15)
+    if ((q * scale + lo - w).abs() > (hi - lo) / 128 + 1e-12).any():
+        return None
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32).reshape(out_f, in_f), 1)
+    # the kernel computes (q - 8) * scale + zero
+    scales_zeros = torch.stack([scale.reshape(out_f, -1).t(), (lo + 8 * scale).reshape(out_f, -1).t()], dim=-1)
+    return packed, scales_zeros.contiguous().to(torch.bfloat16)
+
+
 def pack_weight(weight: torch.Tensor) -> Any:
     """oneDNN's blocked layout of a ``[out, in]`` weight."""
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
@@ -62,6 +85,9 @@ class PackedLinears:
                         if isinstance(m, torch.nn.Linear) and m is not head}
         self._packs: dict[str, tuple[int, Any]] = {}  # module name -> (weight data_ptr, packed weight)
         self.pack(self.modules)
+        # one row (a single stream's decode step) reads int4 weights where the checkpoint is 4-bit
+        self._int4 = {n: (m.weight.data_ptr(), *q) for n, m in self.modules.items()
+                      if dtype == torch.bfloat16 and (q := pack_int4(m.weight)) is not None}
         for name, module in self.modules.items():
             module.forward = self._forward_of(name, module)
 
@@ -70,6 +96,8 @@ class PackedLinears:
         for name in names:
             weight = self.modules[name].weight
             self._packs[name] = (weight.data_ptr(), pack_weight(weight))
+            if hasattr(self, "_int4"):  # changed in place: no longer the 4-bit checkpoint's weight
+                self._int4.pop(name, None)
 
     def prepared(self, weights: dict[str, torch.Tensor]) -> dict[str, tuple[int, Any]]:
         """Packings of new weights (``{module name: tensor}``), made off the worker thread, to
@@ -89,6 +117,11 @@ class PackedLinears:
         def forward(x: torch.Tensor) -> torch.Tensor:
             entry = self._packs.get(name)
             weight = module.weight
+            four = self._int4.get(name)
+            if four is not None and x.numel() == x.shape[-1] and four[0] == weight.data_ptr() and x.dtype == torch.bfloat16:
+                y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.reshape(1, -1), four[1], Q4_GROUP, four[2])
+                y = y.reshape(*x.shape[:-1], -1)
+                return y if module.bias is None else y + module.bias
             if entry is None or x.numel() < self.min_rows * x.shape[-1] or entry[0] != weight.data_ptr() \
                     or x.dtype != weight.dtype:
                 return plain(x, weight, module.bias)
