@@ -42,7 +42,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Sequence
 
-from slime_ext.engines.attention import register as register_attention
 from slime_ext.engines.base import EngineError, SamplingParams, TokenOut
 from slime_ext.engines.packed import MIN_ROWS, PackedLinears, head_logits, pack_weight, packing_available
 from slime_ext.engines.prefix_cache import PrefixCache
@@ -165,8 +164,6 @@ class LocalEngine:
         24 when the loading thread had run parallel work too (docs/engine.md)."""
         from transformers import AutoModelForCausalLM
 
-        if attn_implementation == "sdpa":  # SDPA with a faster one-token bfloat16 decode (engines/attention.py)
-            attn_implementation = register_attention()
         self.model = AutoModelForCausalLM.from_pretrained(str(self.model_dir), dtype=self.dtype,
                                                           attn_implementation=attn_implementation).to(self.device)
         self.model.eval()
