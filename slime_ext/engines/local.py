@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Sequence
 
 from slime_ext.engines.base import EngineError, SamplingParams, TokenOut
+from slime_ext.engines.decode import lean_decoder
 from slime_ext.engines.packed import MIN_ROWS, PackedLinears, head_logits, pack_weight, packing_available
 from slime_ext.engines.prefix_cache import PrefixCache
 from slime_ext.engines.sampling import sample_token
@@ -145,6 +146,7 @@ class LocalEngine:
         self._stop = threading.Event()
         self.stats = {"steps": 0, "tokens": 0, "prefill_tokens": 0, "prefilled_together": 0, "swaps": 0}
         self._packed: PackedLinears | None = None  # the linear layers' oneDNN packings (CPU; engines/packed.py)
+        self._lean = None
         loaded: list[BaseException | None] = []
         self._thread = threading.Thread(target=self._run, name="local-engine", daemon=True,
                                         args=(attn_implementation, pack_weights, loaded))
@@ -168,6 +170,7 @@ class LocalEngine:
                                                           attn_implementation=attn_implementation).to(self.device)
         self.model.eval()
         self.model.requires_grad_(False)
+        self._lean = lean_decoder(self.model)  # None: transformers' forward decodes (engines/decode.py)
         if (pack_weights and self.device.type == "cpu" and self.dtype in MIN_ROWS and packing_available()
                 and native_bf16(_read_cpuinfo())):
             self._packed = PackedLinears(self.model, self.dtype)
@@ -464,15 +467,13 @@ class LocalEngine:
         positions = torch.tensor([[r.position - 1] for r in rows], device=self.device)  # where last_token sits
         self._mask = torch.cat([self._mask, torch.ones(len(rows), 1, dtype=torch.long, device=self.device)], dim=1)
         with self._frozen_base_rows([i for i, r in enumerate(rows) if r.sampling.frozen_base]):
-            out = self.model.model(
-                input_ids=input_ids,
-                attention_mask=self._mask,
-                position_ids=positions,
-                cache=self._cache,
-                use_cache=True,
-            )
+            if self._lean is not None:
+                hidden = self._lean(input_ids, positions, self._mask, self._cache)
+            else:
+                hidden = self.model.model(input_ids=input_ids, attention_mask=self._mask, position_ids=positions,
+                                          cache=self._cache, use_cache=True).last_hidden_state[:, -1]
         self.stats["steps"] += 1
-        keep = self._sample_and_emit(rows, self._logits(out.last_hidden_state[:, -1]))
+        keep = self._sample_and_emit(rows, self._logits(hidden))
         self._keep_rows(keep)
 
     def _sample_and_emit(self, rows: list[_Request], logits) -> list[bool]:

@@ -1,0 +1,65 @@
+"""The lean decode step equals transformers' forward on a left-padded batch with a KV cache."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from slime_ext.engines.decode import lean_decoder
+from slime_ext.engines.local import _growing_cache, _left_pad
+from slime_ext.models import resolve_model
+
+
+@pytest.fixture(scope="module")
+def model():
+    return AutoModelForCausalLM.from_pretrained(resolve_model("tiny"), dtype=torch.float32).eval()
+
+
+def padded_batch(model, prompts: list[list[int]]):
+    """Each prompt prefilled by transformers into its own cache, then left-padded into one batch."""
+    caches = []
+    for ids in prompts:
+        c = _growing_cache(model.config)
+        model.model(input_ids=torch.tensor([ids]), cache=c, use_cache=True)
+        caches.append(c)
+    width = max(map(len, prompts))
+    batch = _growing_cache(model.config)
+    for i, layer in enumerate(batch.layers):
+        layer.lazy_initialization(caches[0].layers[i].keys, caches[0].layers[i].values)
+        layer.set_kv(torch.cat([_left_pad(c.layers[i].keys, width) for c in caches]),
+                     torch.cat([_left_pad(c.layers[i].values, width) for c in caches]))
+    mask = torch.cat([_left_pad(torch.ones(1, len(p), dtype=torch.long), width, 1) for p in prompts])
+    return batch, mask
+
+
+@pytest.mark.parametrize("prompts", [[list(range(3, 20)), list(range(30, 36)), list(range(50, 61))],  # padded
+                                     [list(range(3, 20))]])  # one row, no padding
+@torch.inference_mode()
+def test_lean_steps_equal_the_full_forward(model, prompts):
+    lean = lean_decoder(model)
+    assert lean is not None  # the tiny model is Llama-style
+    n = len(prompts)
+    full_cache, mask = padded_batch(model, prompts)
+    lean_cache, _ = padded_batch(model, prompts)
+    last = torch.tensor([[7 + i] for i in range(n)])
+    pos = torch.tensor([[len(p)] for p in prompts])
+    for step in range(4):
+        mask = torch.cat([mask, torch.ones(n, 1, dtype=torch.long)], dim=1)
+        want = model.model(input_ids=last, attention_mask=mask, position_ids=pos, cache=full_cache,
+                           use_cache=True).last_hidden_state[:, -1]
+        got = lean(last, pos, mask, lean_cache)
+        assert got.shape == want.shape and (got - want).abs().max().item() < 1e-4, step
+        for a, b in zip(full_cache.layers, lean_cache.layers):
+            assert torch.allclose(a.keys, b.keys, atol=1e-5) and torch.allclose(a.values, b.values, atol=1e-5)
+        last, pos = want.argmax(-1, keepdim=True) % 100 + 3, pos + 1
+
+
+def test_unknown_architectures_keep_the_full_forward(model):
+    class Other(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = torch.nn.Linear(2, 2)
+            self.config = model.config
+
+    assert lean_decoder(Other()) is None
