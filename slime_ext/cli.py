@@ -46,8 +46,8 @@ def _add_serving_args(p: argparse.ArgumentParser, d: ServeConfig) -> None:
                    help="a per-user API key (repeatable): requests with KEY are that user's turns and metrics")
     p.add_argument("--served-model-name", help="model id reported by /v1/models [the --model value]")
     p.add_argument("--dtype", choices=["auto", "bfloat16", "float32"],
-                   help=f"engine dtype; auto: float32 (exact log-probs; the start-up log says why, and what bfloat16 "
-                        f"would give on this CPU) [{d.dtype}]")
+                   help=f"engine dtype; auto: float32 while training (exact log-probs), bfloat16 with --method none on "
+                        f"a CPU with native bf16 (faster), bfloat16 on CUDA; the start-up log says which and why [{d.dtype}]")
     p.add_argument("--device", help=f"where the engine and the trainer compute: auto (the first CUDA GPU, else the "
                                      f"CPU), cpu, cuda or cuda:N; a GPU that is not there is refused at once "
                                      f"[{d.device}]")

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_engine import random_lora
 
 from slime_ext.engines.base import SamplingParams
-from slime_ext.engines.local import LocalEngine, LoraUpdate, _read_cpuinfo, native_bf16
+from slime_ext.engines.local import LocalEngine, _read_cpuinfo, native_bf16
 from slime_ext.engines.packed import PackedLinears, packing_available
 from slime_ext.models import resolve_model
 
@@ -23,17 +24,6 @@ pytestmark = pytest.mark.skipif(
 
 MODULES = ["model.layers.0.self_attn.q_proj", "model.layers.1.mlp.up_proj", "model.layers.1.self_attn.o_proj"]
 IDS = list(range(5, 45))
-
-
-def adapter(engine: LocalEngine, modules: list[str], seed: int) -> LoraUpdate:
-    sd = engine.model.state_dict()
-    g = torch.Generator().manual_seed(seed)
-    tensors = {}
-    for m in modules:
-        out_f, in_f = sd[f"{m}.weight"].shape
-        tensors[f"{m}.lora_A.weight"] = torch.randn(4, in_f, generator=g) * 0.3
-        tensors[f"{m}.lora_B.weight"] = torch.randn(out_f, 4, generator=g) * 0.3
-    return LoraUpdate(tensors, 2.0)
 
 
 async def outputs(engine: LocalEngine) -> tuple[list[float], list[int]]:
@@ -50,7 +40,8 @@ async def test_packed_engine_agrees_with_the_plain_one_through_swaps():
         assert isinstance(packed._packed, PackedLinears) and plain._packed is None
         full = {f"{m}.weight": (w.float() + torch.randn(w.shape, generator=torch.Generator().manual_seed(5)) * 0.2)
                 for m in MODULES[:2] for w in [packed.model.state_dict()[f"{m}.weight"]]}
-        steps = [(adapter(packed, MODULES, 1), 1), (adapter(packed, MODULES[:1], 2), 2), (full, 3)]
+        steps = [(random_lora(packed.model, 1, tuple(MODULES)), 1), (random_lora(packed.model, 2, tuple(MODULES[:1])), 2),
+                 (full, 3)]
         seen = [await outputs(packed)]
         assert _close(await outputs(plain), seen[0])
         for update, version in steps:
