@@ -33,9 +33,14 @@ def test_lora_cycle_on_smollm2_moves_logprobs_the_way_the_verdicts_say(make_serv
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    # float32: the recorded log-probs are compared with a float32 forward pass to 1e-2 per token
+    # float32: the recorded log-probs are compared with a float32 forward pass to 1e-2 per token.
+    # --no-canary: this test checks where version 1 moves the log-probs; whether the canary serves it
+    # depends on what the seeds draw (at 0.2 / 0.9 SmolLM2 answers "L'Étoile, la Marseillaise, ..." to
+    # one question 36% of the time, and one step on that lost the canary's answers), and a refused
+    # version 1 leaves nothing to check. The canary has its own tests.
     srv = make_server(model="smollm2-135m", extra=["--method", "binary", "--batch-size", "4", "--lora-rank", "8",
-                                                   "--lr", "5e-4", "--status-interval-s", "0", "--dtype", "float32"])
+                                                   "--lr", "5e-4", "--status-interval-s", "0", "--dtype", "float32",
+                                                   "--no-canary"])
     for i, (question, feedback) in enumerate(PROMPTS):
         u = {"role": "user", "content": question}
         reply = chat(srv, [u], seed=i)["choices"][0]["message"]["content"]
