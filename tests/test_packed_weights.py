@@ -101,7 +101,7 @@ def test_one_row_reads_int4_only_while_the_weight_is_the_4bit_checkpoints():
     with torch.no_grad():
         model.a.weight.copy_(grid_weight(64, 96, 1))
         model.b.weight.copy_((torch.randn(64, 96) * 0.02).bfloat16())
-    packed = PackedLinears(model, torch.bfloat16)
+    packed = PackedLinears(model)
     assert set(packed._int4) == {"a"}
     x = torch.randn(1, 1, 96).bfloat16()
     orig = model.a.weight.data
@@ -114,8 +114,8 @@ def test_one_row_reads_int4_only_while_the_weight_is_the_4bit_checkpoints():
         model.a.weight.data = orig  # back to base: int4 again
         assert (model.a(x).float() - want).abs().max().item() < 2e-2 * want.abs().max().item()
     with torch.no_grad():
-        orig.copy_(new)  # an in-place update, which the engine follows with pack(): int4 is gone
-    packed.pack(["a"])
+        orig.copy_(new)  # an in-place update, which the engine follows with pack(in_place=True): int4 is gone
+    packed.pack(["a"], in_place=True)
     assert "a" not in packed._int4
     with torch.inference_mode():
         assert torch.allclose(model.a(x).float(), torch.nn.functional.linear(x, new).float(), atol=1e-2, rtol=1e-2)

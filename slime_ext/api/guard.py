@@ -17,7 +17,7 @@ one) marks the connection ``request``, and the request's task ending marks it ``
 
 At ``max_connections`` a new connection evicts the connection that has waited longest in ``head``
 or ``idle``; when every connection is busy with a request, the new one is refused (closed at
-once). The guard accepts connections itself (``_Acceptor``): asyncio's own accept loop takes up to
+once). The guard accepts connections itself (``Listener``): asyncio's own accept loop takes up to
 ``backlog`` sockets at every wake-up however many are open or still closing, so a flood of
 connects outran the evictions and ``accept()`` failed with "Too many open files". Ours stops
 reading the listening socket while ``max_connections + ACCEPT_SLACK`` accepted sockets are open,

@@ -44,7 +44,7 @@ from typing import Any, AsyncIterator, Sequence
 
 from slime_ext.engines.base import EngineError, SamplingParams, TokenOut
 from slime_ext.engines.decode import lean_decoder
-from slime_ext.engines.packed import MIN_ROWS, PackedLinears, head_logits, pack_weight, packing_available
+from slime_ext.engines.packed import PackedLinears, head_logits, pack_weight, packing_available
 from slime_ext.engines.prefix_cache import PrefixCache
 from slime_ext.engines.sampling import sample_token
 from slime_ext.logprobs import output_logits, target_logprobs
@@ -166,14 +166,15 @@ class LocalEngine:
         24 when the loading thread had run parallel work too (docs/engine.md)."""
         from transformers import AutoModelForCausalLM
 
+        torch = self._torch
         self.model = AutoModelForCausalLM.from_pretrained(str(self.model_dir), dtype=self.dtype,
                                                           attn_implementation=attn_implementation).to(self.device)
         self.model.eval()
         self.model.requires_grad_(False)
         self._lean = lean_decoder(self.model)  # None: transformers' forward decodes (engines/decode.py)
-        if (pack_weights and self.device.type == "cpu" and self.dtype in MIN_ROWS and packing_available()
+        if (pack_weights and self.device.type == "cpu" and self.dtype == torch.bfloat16 and packing_available()
                 and native_bf16(_read_cpuinfo())):
-            self._packed = PackedLinears(self.model, self.dtype)
+            self._packed = PackedLinears(self.model)
 
     # ----------------------------------------------------------------- public API
     @property
@@ -616,7 +617,7 @@ class LocalEngine:
             for name, tensor in update.items():
                 params[name].copy_(tensor)
             if self._packed:  # changed in place: the packings are stale
-                self._packed.pack(_module(n) for n in update if _module(n) in self._packed.modules)
+                self._packed.pack((_module(n) for n in update if _module(n) in self._packed.modules), in_place=True)
             self._lora_base = None  # new base weights: later adapters merge onto these
             self._base_replaced = True
             frozen = [r.sampling.frozen_base for r in self._rows]
