@@ -102,7 +102,7 @@ def test_one_row_reads_int4_only_while_the_weight_is_the_4bit_checkpoints():
         model.a.weight.copy_(grid_weight(64, 96, 1))
         model.b.weight.copy_((torch.randn(64, 96) * 0.02).bfloat16())
     packed = PackedLinears(model)
-    assert set(packed._int4) == {"a"}
+    assert set(packed._int4) == {("a",)}
     x = torch.randn(1, 1, 96).bfloat16()
     orig = model.a.weight.data
     with torch.inference_mode():
@@ -116,6 +116,49 @@ def test_one_row_reads_int4_only_while_the_weight_is_the_4bit_checkpoints():
     with torch.no_grad():
         orig.copy_(new)  # an in-place update, which the engine follows with pack(in_place=True): int4 is gone
     packed.pack(["a"], in_place=True)
-    assert "a" not in packed._int4
+    assert ("a",) not in packed._int4
     with torch.inference_mode():
         assert torch.allclose(model.a(x).float(), torch.nn.functional.linear(x, new).float(), atol=1e-2, rtol=1e-2)
+
+
+@torch.inference_mode()
+def test_lean_decode_reads_grouped_int4_weights_and_still_runs_hooks():
+    """One row of the lean decode step computes q/k/v and gate/up from one int4 packing each,
+    and equals transformers' forward within bfloat16 rounding; a hooked layer is called instead."""
+    from transformers import AutoModelForCausalLM
+
+    from slime_ext.engines.decode import lean_decoder
+    from slime_ext.engines.local import _growing_cache
+
+    model = AutoModelForCausalLM.from_pretrained(resolve_model("tiny"), dtype=torch.bfloat16).eval()
+    with torch.no_grad():
+        for i, m in enumerate(model.modules()):
+            if isinstance(m, torch.nn.Linear) and m is not model.get_output_embeddings():
+                m.weight.copy_(grid_weight(*m.weight.shape, seed=10 + i) * 4)
+    lean = lean_decoder(model)
+    packed = PackedLinears(model, groups=lean.groups)
+    assert set(lean.groups) <= set(packed._int4)  # every group is on the 4-bit grid
+    assert any(len(g) == 3 for g in lean.groups) and any(len(g) == 2 for g in lean.groups)
+    ids = list(range(3, 20))
+    full, mine = _growing_cache(model.config), _growing_cache(model.config)
+    for cache in (full, mine):
+        model.model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True)
+    calls = []
+    plain_int4 = packed.int4
+    lean.int4 = lambda g, x: calls.append(r := plain_int4(g, x)) or r
+    mask = torch.ones(1, len(ids) + 1, dtype=torch.long)
+    last, pos = torch.tensor([[7]]), torch.tensor([[len(ids)]])
+    want = model.model(input_ids=last, attention_mask=mask, position_ids=pos, cache=full, use_cache=True).last_hidden_state[:, -1]
+    got = lean(last, pos, mask, mine)
+    assert calls and all(c is not None for c in calls)  # int4 computed every group
+    assert (got.float() - want.float()).abs().max().item() < 0.05 * want.float().abs().max().item()
+
+    seen = []
+    q_proj = model.model.layers[0].self_attn.q_proj
+    handle = q_proj.register_forward_hook(lambda m, a, o: seen.append(o.shape))
+    calls.clear()
+    mask = torch.ones(1, len(ids) + 2, dtype=torch.long)
+    lean(torch.tensor([[8]]), pos + 1, mask, mine)
+    handle.remove()
+    assert seen == [torch.Size([1, q_proj.out_features])]  # the hooked layer was called as a module
+    assert calls.count(None) == 1  # only its group fell back

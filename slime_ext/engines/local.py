@@ -174,7 +174,9 @@ class LocalEngine:
         self._lean = lean_decoder(self.model)  # None: transformers' forward decodes (engines/decode.py)
         if (pack_weights and self.device.type == "cpu" and self.dtype == torch.bfloat16 and packing_available()
                 and native_bf16(_read_cpuinfo())):
-            self._packed = PackedLinears(self.model)
+            self._packed = PackedLinears(self.model, groups=self._lean.groups if self._lean else ())
+            if self._lean is not None:
+                self._lean.int4 = self._packed.int4
 
     # ----------------------------------------------------------------- public API
     @property

@@ -15,7 +15,7 @@ the module is called as before, only its ``forward`` is replaced.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import torch
 
@@ -71,19 +71,47 @@ def pack_weight(weight: torch.Tensor) -> Any:
 
 class PackedLinears:
     """Packs the bfloat16 linear layers of ``model`` (not its output layer, see ``head_logits``) and
-    routes their forward through the packed weights."""
+    routes their forward through the packed weights.
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    Where the checkpoint is 4-bit, one row (a single stream's decode step) reads int4 weights: of
+    each of ``groups`` (module names whose outputs a caller concatenates, engines/decode.py), and of
+    each layer in no group on its own."""
+
+    def __init__(self, model: torch.nn.Module, groups: Sequence[tuple[str, ...]] = ()) -> None:
         head = model.get_output_embeddings()
         self.modules = {name: m for name, m in model.named_modules()
                         if isinstance(m, torch.nn.Linear) and m is not head}
-        # one row (a single stream's decode step) reads int4 weights where the checkpoint is 4-bit
-        self._int4 = {n: (m.weight.data_ptr(), *q) for n, m in self.modules.items()
-                      if (q := pack_int4(m.weight)) is not None}
+        grouped = {n for g in groups for n in g}
+        singles = [(n,) for n in self.modules if n not in grouped]
+        self._int4 = {g: q for g in [*groups, *singles] if (q := self._pack_int4(g)) is not None}
         self._packs: dict[str, tuple[int, Any]] = {}  # module name -> (weight data_ptr, packed weight)
         self.pack(self.modules)
         for name, module in self.modules.items():
             module.forward = self._forward_of(name, module)
+
+    def _pack_int4(self, group: tuple[str, ...]) -> tuple[tuple, Any, torch.Tensor, torch.Tensor | None] | None:
+        mods = [self.modules[n] for n in group]
+        q = pack_int4(torch.cat([m.weight for m in mods]))
+        if q is None:
+            return None
+        bias = None if all(m.bias is None for m in mods) else torch.cat(
+            [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in mods])
+        return _tensors_of(mods), *q, bias
+
+    def int4(self, group: tuple[str, ...], x: torch.Tensor) -> torch.Tensor | None:
+        """The group's layers' outputs for ``x``, concatenated, from their int4 weights; None where
+        that does not hold: ``x`` is not one bfloat16 row, a layer holds another weight tensor than
+        the packed one, or has forward hooks (the caller must then call the modules)."""
+        entry = self._int4.get(group)
+        if entry is None or x.numel() != x.shape[-1] or x.dtype != torch.bfloat16:
+            return None
+        tensors, packed, scales_zeros, bias = entry
+        mods = [self.modules[n] for n in group]
+        if _tensors_of(mods) != tensors or any(m._forward_hooks or m._forward_pre_hooks for m in mods):
+            return None
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.reshape(1, -1), packed, Q4_GROUP, scales_zeros)
+        y = y.reshape(*x.shape[:-1], -1)
+        return y if bias is None else y + bias
 
     def pack(self, names: Iterable[str], in_place: bool = False) -> None:
         """(Re)pack the named modules' current weights; ``in_place``: they were changed in place, so
@@ -92,7 +120,7 @@ class PackedLinears:
             weight = self.modules[name].weight
             self._packs[name] = (weight.data_ptr(), pack_weight(weight))
             if in_place:
-                self._int4.pop(name, None)
+                self._int4 = {g: q for g, q in self._int4.items() if name not in g}
 
     def prepared(self, weights: dict[str, torch.Tensor]) -> dict[str, tuple[int, Any]]:
         """Packings of new weights (``{module name: tensor}``), made off the worker thread, to
@@ -108,17 +136,21 @@ class PackedLinears:
 
     def _forward_of(self, name: str, module: torch.nn.Linear):
         plain = torch.nn.functional.linear
+        single = (name,)
 
         def forward(x: torch.Tensor) -> torch.Tensor:
             entry = self._packs.get(name)
             weight = module.weight
-            four = self._int4.get(name)
-            if four is not None and x.numel() == x.shape[-1] and four[0] == weight.data_ptr() and x.dtype == torch.bfloat16:
-                y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.reshape(1, -1), four[1], Q4_GROUP, four[2])
-                y = y.reshape(*x.shape[:-1], -1)
-                return y if module.bias is None else y + module.bias
+            y = self.int4(single, x)
+            if y is not None:
+                return y
             if entry is None or entry[0] != weight.data_ptr() or x.dtype != weight.dtype:
                 return plain(x, weight, module.bias)
             return torch.ops.mkldnn._linear_pointwise(x, entry[1], module.bias, "none", [], "")
 
         return forward
+
+
+def _tensors_of(modules: Iterable[torch.nn.Module]) -> tuple:
+    """Which weight and bias tensors the modules hold now (a swap re-points them)."""
+    return tuple((m.weight.data_ptr(), None if m.bias is None else m.bias.data_ptr()) for m in modules)
