@@ -15,7 +15,7 @@ the module is called as before, only its ``forward`` is replaced.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 import torch
 
@@ -89,29 +89,29 @@ class PackedLinears:
         for name, module in self.modules.items():
             module.forward = self._forward_of(name, module)
 
-    def _pack_int4(self, group: tuple[str, ...]) -> tuple[tuple, Any, torch.Tensor, torch.Tensor | None] | None:
-        mods = [self.modules[n] for n in group]
+    def _pack_int4(self, group: tuple[str, ...]) -> _Int4Group | None:
+        mods = tuple(self.modules[n] for n in group)
         q = pack_int4(torch.cat([m.weight for m in mods]))
         if q is None:
             return None
         bias = None if all(m.bias is None for m in mods) else torch.cat(
             [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in mods])
-        return _tensors_of(mods), *q, bias
+        return _Int4Group(mods, _tensors_of(mods), *q, bias)
 
     def int4(self, group: tuple[str, ...], x: torch.Tensor) -> torch.Tensor | None:
         """The group's layers' outputs for ``x``, concatenated, from their int4 weights; None where
         that does not hold: ``x`` is not one bfloat16 row, a layer holds another weight tensor than
         the packed one, or has forward hooks (the caller must then call the modules)."""
         entry = self._int4.get(group)
-        if entry is None or x.numel() != x.shape[-1] or x.dtype != torch.bfloat16:
+        if entry is None or x.dtype != torch.bfloat16 or x.numel() != x.shape[-1]:
             return None
-        tensors, packed, scales_zeros, bias = entry
-        mods = [self.modules[n] for n in group]
-        if _tensors_of(mods) != tensors or any(m._forward_hooks or m._forward_pre_hooks for m in mods):
+        if _tensors_of(entry.modules) != entry.tensors or any(m._forward_hooks or m._forward_pre_hooks
+                                                              for m in entry.modules):
             return None
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x.reshape(1, -1), packed, Q4_GROUP, scales_zeros)
-        y = y.reshape(*x.shape[:-1], -1)
-        return y if bias is None else y + bias
+        y = _INT4_MM(x if x.dim() == 2 else x.reshape(1, -1), entry.packed, Q4_GROUP, entry.scales_zeros)
+        if x.dim() != 2:
+            y = y.reshape(*x.shape[:-1], -1)
+        return y if entry.bias is None else y + entry.bias
 
     def pack(self, names: Iterable[str], in_place: bool = False) -> None:
         """(Re)pack the named modules' current weights; ``in_place``: they were changed in place, so
@@ -151,6 +151,22 @@ class PackedLinears:
         return forward
 
 
-def _tensors_of(modules: Iterable[torch.nn.Module]) -> tuple:
+def _tensors_of(modules: tuple[torch.nn.Module, ...]) -> list[int]:
     """Which weight and bias tensors the modules hold now (a swap re-points them)."""
-    return tuple((m.weight.data_ptr(), None if m.bias is None else m.bias.data_ptr()) for m in modules)
+    ptrs = []
+    for m in modules:
+        params = m._parameters  # not m.weight: Module.__getattr__ costs more than the check (per call)
+        bias = params["bias"]
+        ptrs += (params["weight"].data_ptr(), 0 if bias is None else bias.data_ptr())
+    return ptrs
+
+
+class _Int4Group(NamedTuple):
+    modules: tuple[torch.nn.Module, ...]
+    tensors: list[int]  # _tensors_of(modules) when packed
+    packed: Any
+    scales_zeros: torch.Tensor
+    bias: torch.Tensor | None
+
+
+_INT4_MM = torch.ops.aten._weight_int4pack_mm_for_cpu.default
