@@ -86,8 +86,11 @@ async def feedback_cycle(session, srv, args, c: int) -> dict:
     """Send feedback conversations one at a time until a batch waits (a turn the teacher check drops, or one
     judged 0, does not count, so another is sent), and time from the last one to /healthz reporting the next
     policy version, or the canary refusing it (the previous version keeps serving)."""
-    h = await health(session, srv.base)
+    h, waited = await health(session, srv.base), time.perf_counter()
     while h["policy_version"] < h["trained_turns"] // args.batch_size:  # the last swap is still coming
+        if time.perf_counter() - waited > 120:  # a step of more than batch-size turns: no swap is coming
+            print(f"  cycle {c}: version {h['policy_version']} after {h['trained_turns']} trained turns; going on", flush=True)
+            break
         await asyncio.sleep(0.1)
         h = await health(session, srv.base)
     version, checks, judged0 = h["policy_version"], canary_checks(h), h["judged_turns"]
@@ -105,7 +108,9 @@ async def feedback_cycle(session, srv, args, c: int) -> dict:
             t_feedback = await conversation(session, srv, 50_000 + 100 * c + sent, args.max_tokens, bad_of(args))
             sent += 1
         if time.perf_counter() - started > 600:
-            raise RuntimeError(f"no new version 10 min after feedback ({sent} conversations sent)")
+            raise RuntimeError(f"no new version 10 min after feedback ({sent} conversations sent; /healthz: version "
+                               f"{h['policy_version']}, judged {h['judged_turns']} (from {judged0}), waiting "
+                               f"{h['waiting_to_train']}, dropped {h['dropped_by_reason']})")
         await asyncio.sleep(0.05)
 
 
