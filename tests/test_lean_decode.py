@@ -11,9 +11,22 @@ from slime_ext.engines.local import _growing_cache, _left_pad
 from slime_ext.models import resolve_model
 
 
-@pytest.fixture(scope="module")
-def model():
-    return AutoModelForCausalLM.from_pretrained(resolve_model("tiny"), dtype=torch.float32).eval()
+@pytest.fixture(scope="module", params=["llama", "qwen2"])
+def model(request):
+    """The built-in tiny Llama, and a tiny Qwen2 (biased q/k/v projections) with random weights."""
+    if request.param == "llama":
+        return AutoModelForCausalLM.from_pretrained(resolve_model("tiny"), dtype=torch.float32).eval()
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    model = Qwen2ForCausalLM(config).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:  # random init leaves the biases at zero
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                proj.bias.normal_(0, 0.5)
+    return model
 
 
 def padded_batch(model, prompts: list[list[int]]):
@@ -38,7 +51,7 @@ def padded_batch(model, prompts: list[list[int]]):
 @torch.inference_mode()
 def test_lean_steps_equal_the_full_forward(model, prompts):
     lean = lean_decoder(model)
-    assert lean is not None  # the tiny model is Llama-style
+    assert lean is not None  # both are supported architectures
     n = len(prompts)
     full_cache, mask = padded_batch(model, prompts)
     lean_cache, _ = padded_batch(model, prompts)
