@@ -162,3 +162,22 @@ def test_lean_decode_reads_grouped_int4_weights_and_still_runs_hooks():
     handle.remove()
     assert seen == [torch.Size([1, q_proj.out_features])]  # the hooked layer was called as a module
     assert calls.count(None) == 1  # only its group fell back
+
+
+@torch.inference_mode()
+def test_an_in_place_bias_update_is_not_read_from_the_int4_packing():
+    """The int4 packing holds its own copy of a biased layer's bias; a full-weight update that
+    changes only that bias (in place) must drop it, as the engine does for every updated parameter."""
+    from slime_ext.engines.local import _module
+
+    model = torch.nn.Module()
+    model.b = torch.nn.Linear(96, 64, bias=True).bfloat16()
+    model.get_output_embeddings = lambda: None
+    model.b.weight.copy_(grid_weight(64, 96, 3))
+    packed = PackedLinears(model)
+    assert ("b",) in packed._int4
+    x = torch.randn(1, 96).bfloat16()
+    model.b.bias.add_(5.0)  # an in-place update of the bias alone
+    packed.pack(map(_module, ["b.bias"]), in_place=True)
+    want = torch.nn.functional.linear(x.float(), model.b.weight.float(), model.b.bias.float())
+    assert (model.b(x).float() - want).abs().max().item() < 0.1  # the new bias, not the packed copy

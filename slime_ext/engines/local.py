@@ -614,12 +614,12 @@ class LocalEngine:
             self._lora_base = bases
             if self._packed:
                 self._packed.install(update.packs)
-                self._packed.pack(_module(n) for n in restored if _module(n) in self._packed.modules)
+                self._packed.pack(map(_module, restored))
         else:
             for name, tensor in update.items():
                 params[name].copy_(tensor)
             if self._packed:  # changed in place: the packings are stale
-                self._packed.pack((_module(n) for n in update if _module(n) in self._packed.modules), in_place=True)
+                self._packed.pack(map(_module, update), in_place=True)
             self._lora_base = None  # new base weights: later adapters merge onto these
             self._base_replaced = True
             frozen = [r.sampling.frozen_base for r in self._rows]
@@ -716,8 +716,9 @@ def _growing_cache(config):
     return cache
 
 
-def _module(weight_name: str) -> str:
-    return weight_name.removesuffix(".weight")
+def _module(param_name: str) -> str:
+    """The module a parameter belongs to (``...q_proj.weight`` and ``...q_proj.bias``: ``...q_proj``)."""
+    return param_name.rpartition(".")[0]
 
 
 def _deliver(items: list[tuple[_Request, Any]]) -> None:

@@ -114,13 +114,15 @@ class PackedLinears:
         return y if entry.bias is None else y + entry.bias
 
     def pack(self, names: Iterable[str], in_place: bool = False) -> None:
-        """(Re)pack the named modules' current weights; ``in_place``: they were changed in place, so
-        they are no longer the 4-bit checkpoint's (a re-pointed module is told apart by its tensor)."""
+        """(Re)pack the named modules' current weights (names of other modules are ignored);
+        ``in_place``: they were changed in place, so they are no longer the 4-bit checkpoint's (a
+        re-pointed module is told apart by its tensor)."""
+        names = [n for n in names if n in self.modules]
         for name in names:
             weight = self.modules[name].weight
             self._packs[name] = (weight.data_ptr(), pack_weight(weight))
-            if in_place:
-                self._int4 = {g: q for g, q in self._int4.items() if name not in g}
+        if in_place:
+            self._int4 = {g: q for g, q in self._int4.items() if not set(g) & set(names)}
 
     def prepared(self, weights: dict[str, torch.Tensor]) -> dict[str, tuple[int, Any]]:
         """Packings of new weights (``{module name: tensor}``), made off the worker thread, to
@@ -139,11 +141,11 @@ class PackedLinears:
         single = (name,)
 
         def forward(x: torch.Tensor) -> torch.Tensor:
-            entry = self._packs.get(name)
-            weight = module.weight
             y = self.int4(single, x)
             if y is not None:
                 return y
+            entry = self._packs.get(name)
+            weight = module.weight
             if entry is None or entry[0] != weight.data_ptr() or x.dtype != weight.dtype:
                 return plain(x, weight, module.bias)
             return torch.ops.mkldnn._linear_pointwise(x, entry[1], module.bias, "none", [], "")
