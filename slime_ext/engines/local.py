@@ -649,8 +649,8 @@ def resolve_dtype(dtype: str, cpuinfo: str | None = None, device: str = "cpu", t
     On the CPU, while a trainer learns from the recorded log-probs (``training``), ``auto`` is
     float32: they then equal what a full forward pass and the float32 trainer compute to ~1e-6
     instead of ~3e-2. Serving alone, on a CPU that computes bf16 natively (AVX-512 BF16 or AMX),
-    ``auto`` is bfloat16 with packed weights: 1.1x / 1.5x / 1.6x the float32 tokens/s at 1 / 8 / 16
-    streams and a 2.4x faster prefill (docs/engine.md). Without native bf16 it is emulated, slower.
+    ``auto`` is bfloat16 with packed weights: about twice the float32 tokens/s and prefill speed
+    (figures in docs/engine.md, "dtype"). Without native bf16 it is emulated, slower.
     """
     if dtype != "auto":
         return dtype, "asked for"
@@ -658,10 +658,10 @@ def resolve_dtype(dtype: str, cpuinfo: str | None = None, device: str = "cpu", t
         return "bfloat16", "auto on a CUDA GPU"
     native = native_bf16(_read_cpuinfo() if cpuinfo is None else cpuinfo)
     if native and not training:
-        return "bfloat16", ("auto, serving without training on a CPU with native bf16: packed bf16 decodes 1.1-1.6x "
-                            "and prefills 2.4x faster than float32")
+        return "bfloat16", ("auto, serving without training on a CPU with native bf16: packed bf16 decodes and "
+                            "prefills about 2x faster than float32")
     if native:
-        why = ("--dtype bfloat16 would decode 1.1-1.6x and prefill 2.4x faster on this CPU (native bf16), at ~3e-2 "
+        why = ("--dtype bfloat16 would decode and prefill about 2x faster on this CPU (native bf16), at ~3e-2 "
                "log-prob drift from the trainer")
     else:
         why = "this CPU has no native bf16, so bfloat16 would be emulated and slower"
