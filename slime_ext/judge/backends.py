@@ -80,7 +80,8 @@ class JudgeBackend(Protocol):
     async def vote(self, messages: list[dict[str, str]], *, seed: int, inputs: JudgeInput | None = None) -> str: ...
 
 
-def _short(exc: BaseException, limit: int = 200) -> str:
+def error_text(exc: BaseException, limit: int = 200) -> str:
+    """``"ErrorType: message"`` on one line, the message cut to ``limit`` characters (never a traceback)."""
     msg = str(exc).replace("\n", " ").strip()
     return f"{type(exc).__name__}: {msg[:limit]}" if msg else type(exc).__name__
 
@@ -136,7 +137,7 @@ class VoteRunner:
                 inputs.next_state, inputs.next_state_role, self.max_context_chars,
             )
         except Exception as e:  # malformed turn: every vote abstains
-            reason = f"abstained: could not build the {self.task} prompt ({_short(e)})"
+            reason = f"abstained: could not build the {self.task} prompt ({error_text(e)})"
             log.warning("%s: %s", self.task, reason)
             return [(None, reason)] * self.votes
         return list(await asyncio.gather(*(self._one(messages, inputs, self.seed + i) for i in range(self.votes))))
@@ -152,7 +153,7 @@ class VoteRunner:
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            reason = f"abstained: {_short(e)}"
+            reason = f"abstained: {error_text(e)}"
             log.warning("%s vote (%s): %s", self.task, backend_name(self.backend), reason)
             return None, reason
         text = text if isinstance(text, str) else str(text)
