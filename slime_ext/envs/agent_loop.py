@@ -9,7 +9,9 @@ turn, then the observation message and the generation prompt for the next assist
 
 The episode ends when the env says done, after ``max_turns`` steps, or when the next step would not fit
 in ``context_budget`` tokens (then ``reason`` says so). Its reward is the env's outcome (the task's own
-check, in [-1, 1]), optionally combined with step-wise judge scores (``combine_rewards``).
+check, in [-1, 1]), optionally combined with step-wise judge scores (``combine_rewards``). The step judge is
+switched on by ``openclaw-rl env eval/train --step-judge`` and the Slime hook's ``step_judge`` setting, both
+through ``make_step_judge`` (checked by ``step_judge_problems``).
 
 Images. A setting that shows images (gui with ``vision``: ``observation_images``) puts them before the text of
 the message they go with; the renderer must then be a vision one (``slime_ext.chat.vision.VisionRenderer``),
@@ -186,6 +188,74 @@ async def run_episode(engine: Engine, tokenizer: Any, segments: ChatSegments, en
     return ep
 
 
+STEP_JUDGES = ("off", "heuristic", "openai")
+JUDGE_KEY_ENV = "OPENCLAW_RL_JUDGE_KEY"  # the key of an openai step judge's endpoint; never logged
+DEFAULT_STEP_WEIGHT = 0.5  # the step-score weight when a step judge is on and no weight is given
+
+
+def step_judge_problems(kind: str, url: str | None, model: str | None, weight: float | None,
+                        names: dict[str, str]) -> list[str]:
+    """What is wrong with a step-wise judge configuration (empty when nothing is); ``names`` maps ``kind``,
+    ``url``, ``model`` and ``weight`` to what the user called them (flags or settings keys). ``weight`` None
+    means unset (0 without a judge, ``DEFAULT_STEP_WEIGHT`` with one)."""
+    n = names
+    if kind not in STEP_JUDGES:
+        return [f"{n['kind']} must be one of {', '.join(STEP_JUDGES)}, got {kind!r}"]
+    problems = []
+    if weight is not None and (isinstance(weight, bool) or not isinstance(weight, (int, float))
+                               or not 0.0 <= weight <= 1.0):
+        problems.append(f"{n['weight']} must be a number in [0, 1], got {weight!r}")
+    elif kind == "off" and weight:
+        problems.append(f"{n['weight']} {weight:g} needs a step judge: set {n['kind']} heuristic or openai "
+                        f"(with {n['kind']} off the reward is the outcome alone)")
+    if kind == "openai":
+        missing = [n[k] for k, v in (("url", url), ("model", model)) if not v]
+        if missing:
+            problems.append(f"{n['kind']} openai needs {' and '.join(missing)} (the endpoint's key comes from "
+                            f"${JUDGE_KEY_ENV})")
+    else:
+        given = [n[k] for k, v in (("url", url), ("model", model)) if v]
+        if given:
+            problems.append(f"{' and '.join(given)} {'go' if len(given) > 1 else 'goes'} with {n['kind']} openai, "
+                            f"not {kind}")
+    return problems
+
+
+def make_step_judge(kind: str, url: str | None = None, model: str | None = None, *,
+                    api_key: str | None = None) -> Any:
+    """The reward ``Judge`` (``slime_ext.judge``) a step-wise judge ``kind`` names, or None for ``off``:
+    ``heuristic`` (the lexical next-state reader, one vote) or ``openai`` (the model ``model`` behind the
+    OpenAI-compatible endpoint ``url``; the key ``api_key``, else ``$OPENCLAW_RL_JUDGE_KEY``). Wrap it with
+    ``step_judge`` for ``run_episode``; ``close_step_judge`` releases an endpoint's HTTP session."""
+    import os
+
+    from slime_ext.judge import HeuristicBackend, Judge, OpenAIJudgeBackend
+
+    if kind == "off":
+        return None
+    if kind == "heuristic":
+        return Judge(HeuristicBackend())
+    if kind == "openai":
+        if not url or not model:
+            raise ValueError("an openai step judge needs the endpoint's url and model")
+        return Judge(OpenAIJudgeBackend(url, model, api_key or os.environ.get(JUDGE_KEY_ENV) or None))
+    raise ValueError(f"unknown step judge {kind!r}; known: {', '.join(STEP_JUDGES)}")
+
+
+async def close_step_judge(judge: Any) -> None:
+    """Release what a ``make_step_judge`` judge holds (an endpoint's HTTP session); None is fine."""
+    close = getattr(getattr(judge, "backend", None), "close", None)
+    if close is not None:
+        await close()
+
+
+def mean_step_score(episodes: Sequence[Episode]) -> float | None:
+    """The mean of the episodes' mean step-wise judge scores (episodes without a scored step left out);
+    None when no step was scored (no step judge)."""
+    means = [sum(s) / len(s) for s in ([st.score for st in e.steps if st.score is not None] for e in episodes) if s]
+    return sum(means) / len(means) if means else None
+
+
 def step_judge(judge: Any) -> StepJudge:
     """A ``StepJudge`` from our reward ``Judge`` (``slime_ext.judge``: heuristic, OpenAI-compatible endpoint or
     engine backends): the step is judged as a turn whose request is the task's first message, whose response
@@ -205,6 +275,9 @@ def episode_sample(ep: Episode, *, rollout_id: int | None = None) -> Sample:
                     loss_mask=list(ep.loss_mask), rollout_log_probs=list(ep.logprobs), reward=ep.reward)
     _fill(sample, ep, rollout_id)
     sample.metadata.update(steps=len(ep.steps))
+    score = mean_step_score([ep])
+    if score is not None:  # a step judge scored the steps: their mean, next to the outcome
+        sample.metadata.update(step_score=score)
     return sample
 
 

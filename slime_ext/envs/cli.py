@@ -7,6 +7,11 @@
   openclaw-rl env eval --setting S [--split heldout] [--model M] the model's success rate on a split (JSON on stdout)
   openclaw-rl env train --setting S --out DIR [--steps N] ...   agent RL on this machine (see envs/recipe.py)
 
+``env eval`` and ``env train`` take ``--step-judge heuristic|openai`` (default off): every step is scored by a judge
+(``agent_loop.make_step_judge``, built once per run) and the reward becomes ``clip(outcome + W * mean step score,
+-1, 1)`` with ``--step-weight W`` (0.5 by default with a judge); ``openai`` asks the model ``--step-judge-model``
+at the OpenAI-compatible ``--step-judge-url``, with the key from ``$OPENCLAW_RL_JUDGE_KEY`` (never printed).
+
 ``env play`` reads the agent's messages from stdin, in the same text format the model emits. Messages are
 separated by a line holding only ``---`` (such a line inside a fenced code block does not separate). It prints
 the first user message, then each action's observation as soon as that message is complete (so it also works
@@ -33,6 +38,8 @@ from slime_ext.envs.base import SPLITS, get_task, list_tasks, make_env
 
 SEPARATOR = "---"
 SETTING_HELP = "terminal, toolcall, swe, gui, or one loaded with --setting-path"
+STEP_JUDGE_FLAGS = {"kind": "--step-judge", "url": "--step-judge-url", "model": "--step-judge-model",
+                    "weight": "--step-weight"}
 
 
 def split_messages(lines: Iterable[str]) -> Iterator[str]:
@@ -137,14 +144,21 @@ def cmd_env_export(args: argparse.Namespace) -> int:
 def _settings(args: argparse.Namespace):
     from pathlib import Path
 
+    from slime_ext.envs.agent_loop import step_judge_problems
     from slime_ext.envs.recipe import RunSettings
 
     if min(args.max_turns, args.max_new_tokens, args.concurrency) < 1:
         raise ValueError("--max-turns, --max-new-tokens and --concurrency must be >= 1")
+    problems = step_judge_problems(args.step_judge, args.step_judge_url, args.step_judge_model, args.step_weight,
+                                   STEP_JUDGE_FLAGS)
+    if problems:
+        raise ValueError("; ".join(problems))
     return RunSettings(setting=args.setting, model=args.model, max_turns=args.max_turns,
                        max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                        concurrency=args.concurrency, seed=args.seed, threads=args.threads, device=args.device,
-                       run_dir=Path(args.run_dir) if getattr(args, "run_dir", None) else None)
+                       run_dir=Path(args.run_dir) if getattr(args, "run_dir", None) else None,
+                       step_judge=args.step_judge, step_judge_url=args.step_judge_url,
+                       step_judge_model=args.step_judge_model, step_weight=args.step_weight)
 
 
 def cmd_env_eval(args: argparse.Namespace) -> int:
@@ -153,8 +167,9 @@ def cmd_env_eval(args: argparse.Namespace) -> int:
     from slime_ext.envs.recipe import evaluate
 
     list_tasks(args.setting)  # an unknown setting fails before the model loads
+    settings = _settings(args)  # and so do flags that do not go together
     sandbox_preamble(args)
-    result = evaluate(_settings(args), args.split, args.limit)
+    result = evaluate(settings, args.split, args.limit)
     print(json.dumps(result, indent=2))
     return 0
 
@@ -165,9 +180,10 @@ def cmd_env_train(args: argparse.Namespace) -> int:
     from slime_ext.envs.recipe import train
 
     list_tasks(args.setting)
-    sandbox_preamble(args)
     args.run_dir = args.run_dir or args.out  # the GUI setting's screenshots go with the adapters
-    history = train(_settings(args), Path(args.out), steps=args.steps, episodes=args.episodes, lr=args.lr,
+    settings = _settings(args)
+    sandbox_preamble(args)
+    history = train(settings, Path(args.out), steps=args.steps, episodes=args.episodes, lr=args.lr,
                     lora_rank=args.lora_rank, baseline=args.baseline, policy_loss=args.policy_loss)
     print(f"trained {len(history)} steps; metrics in {Path(args.out) / 'metrics.jsonl'}")
     return 0
@@ -187,7 +203,23 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, help="torch threads of the engine [torch's default]")
     p.add_argument("--device", default="auto", help="where the engine (and env train's trainer) compute: auto, "
                                                      "cpu, cuda or cuda:N [auto: the first CUDA GPU, else the CPU]")
+    _add_step_judge_arguments(p)
     _add_require_isolation(p)
+
+
+def _add_step_judge_arguments(p: argparse.ArgumentParser) -> None:
+    from slime_ext.envs.agent_loop import DEFAULT_STEP_WEIGHT, JUDGE_KEY_ENV, STEP_JUDGES
+
+    p.add_argument("--step-judge", choices=STEP_JUDGES, default="off",
+                   help="score every step with a judge of its next state and add --step-weight times the episode's "
+                        "mean step score to its reward: heuristic (a lexical classifier) or openai (a judge model "
+                        "at --step-judge-url) [off]")
+    p.add_argument("--step-judge-url", help=f"OpenAI-compatible endpoint of the judge model (with --step-judge "
+                                            f"openai; its API key from ${JUDGE_KEY_ENV})")
+    p.add_argument("--step-judge-model", help="model name to ask the judge endpoint for (with --step-judge openai)")
+    p.add_argument("--step-weight", type=float, metavar="W",
+                   help=f"weight of the mean step score in the reward, in [0, 1]; reward = clip(outcome + W * mean "
+                        f"step score, -1, 1) [{DEFAULT_STEP_WEIGHT:g} with a step judge, 0 without]")
 
 
 def _add_setting_path(p: argparse.ArgumentParser) -> None:

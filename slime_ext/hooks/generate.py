@@ -25,7 +25,12 @@ sample), ``max_turns`` (8), ``samples`` (episode | step), ``context_budget`` (to
 ``vision`` (false; true: the setting's images, gui screenshots, go to the model with its observations: the
 checkpoint must be a Qwen-VL family model, ``slime_ext.chat.vision``; SGLang gets them as ``image_data`` and
 each sample carries Slime's ``multimodal_inputs`` and ``multimodal_train_inputs`` for the images its tokens
-show).
+show), ``step_judge`` (``off``; ``heuristic`` or ``openai``: every step is scored by a judge of its next state,
+built once per event loop, and the reward becomes ``clip(outcome + step_weight * mean step score, -1, 1)``; the
+mean score goes into the sample's ``metadata["step_score"]``, per step with ``samples: step``),
+``step_judge_url`` and ``step_judge_model`` (``openai``: the OpenAI-compatible endpoint and its model; the key
+from ``$OPENCLAW_RL_JUDGE_KEY`` on the rollout node, never a settings key), ``step_weight`` (in [0, 1]; 0.5
+when a step judge is on and it is not given, and it must stay 0 with ``step_judge: off``).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import weakref
 from typing import Any
 
 from slime_ext.types import Sample
@@ -52,6 +58,10 @@ class EnvSettings:
     run_dir: str | None = None
     setting_paths: tuple[str, ...] = ()  # settings of the user's own to load first (envs/loader.py)
     vision: bool = False  # the setting's images go to a vision-language model (gui_qwen3vl_8b_rl.sh)
+    step_judge: str = "off"  # off | heuristic | openai: a step-wise judge (envs/agent_loop.make_step_judge)
+    step_judge_url: str | None = None  # openai: the OpenAI-compatible endpoint (key: $OPENCLAW_RL_JUDGE_KEY)
+    step_judge_model: str | None = None  # openai: the judge model's name
+    step_weight: float = 0.0  # weight of the mean step score in the reward; from_args: 0.5 with a judge if unset
 
     @classmethod
     def from_args(cls, args: Any) -> EnvSettings:
@@ -64,11 +74,29 @@ class EnvSettings:
             raise ValueError(f"--custom-config-path ({SETTINGS_KEY}:): unknown keys {unknown}; known: {sorted(known)}")
         paths = data.get("setting_paths") or ()  # a list, or one string of paths separated by os.pathsep
         paths = [p for p in paths.split(os.pathsep) if p.strip()] if isinstance(paths, str) else paths
-        out = cls(**{**data, "setting_paths": tuple(paths)})
+        judged = _step_judge_settings(data)
+        out = cls(**{**data, "setting_paths": tuple(paths), **judged})
         if out.samples not in ("episode", "step") or out.max_turns < 1 or not isinstance(out.vision, bool):
             raise ValueError(f"{SETTINGS_KEY}: samples must be episode or step, max_turns >= 1 and vision true or "
                              f"false, got {out}")
         return out
+
+
+def _step_judge_settings(data: dict[str, Any]) -> dict[str, Any]:
+    """The step-judge keys of the ``openclaw_rl_env:`` mapping, checked and resolved: YAML's unquoted ``off``
+    (read as false) is ``off``; an unset ``step_weight`` is 0.5 with a judge and 0 without."""
+    from slime_ext.envs.agent_loop import DEFAULT_STEP_WEIGHT, step_judge_problems
+
+    kind = data.get("step_judge", "off")
+    kind = "off" if kind is None or kind is False else kind
+    weight = data.get("step_weight")
+    names = {"kind": "step_judge", "url": "step_judge_url", "model": "step_judge_model", "weight": "step_weight"}
+    problems = step_judge_problems(kind, data.get("step_judge_url"), data.get("step_judge_model"), weight, names)
+    if problems:
+        raise ValueError(f"--custom-config-path ({SETTINGS_KEY}:): " + "; ".join(problems))
+    if weight is None:
+        weight = DEFAULT_STEP_WEIGHT if kind != "off" else 0.0
+    return {"step_judge": kind, "step_weight": float(weight)}
 
 
 def task_of(sample: Sample, settings: EnvSettings) -> tuple[str, str]:
@@ -96,6 +124,8 @@ def sampling_from_slime(params: dict[str, Any], stop_ids: tuple[int, ...]):
 
 _CLIENTS: dict[tuple[int, str], Any] = {}  # (event loop, router url) -> SGLangEngine
 _RENDERERS: dict[tuple[str, bool], Any] = {}  # (checkpoint, vision) -> its prompt renderer
+# event loop -> {(kind, url, model): StepJudge}: one judge per loop (Slime's rollout runs one)
+_JUDGES: weakref.WeakKeyDictionary[Any, dict[tuple[str, str | None, str | None], Any]] = weakref.WeakKeyDictionary()
 
 
 async def _engine(url: str):
@@ -105,6 +135,19 @@ async def _engine(url: str):
     if key not in _CLIENTS:
         _CLIENTS[key] = await SGLangEngine.connect(url)
     return _CLIENTS[key]
+
+
+def _step_judge(settings: EnvSettings):
+    """The step-wise judge the settings name (``agent_loop.step_judge``), built once per event loop; None when off."""
+    if settings.step_judge == "off":
+        return None
+    from slime_ext.envs.agent_loop import make_step_judge, step_judge
+
+    judges = _JUDGES.setdefault(asyncio.get_running_loop(), {})
+    key = (settings.step_judge, settings.step_judge_url, settings.step_judge_model)
+    if key not in judges:
+        judges[key] = step_judge(make_step_judge(*key))
+    return judges[key]
 
 
 def _renderer(path: str, vision: bool):
@@ -147,7 +190,8 @@ async def generate(args: Any, sample: Sample, sampling_params: dict[str, Any],
     try:
         ep = await run_episode(engine, tok, ChatSegments(renderer, env.tools), env, task,
                                sampling_from_slime(sampling_params, stop_token_ids(tok)),
-                               max_turns=settings.max_turns, context_budget=settings.context_budget)
+                               max_turns=settings.max_turns, context_budget=settings.context_budget,
+                               judge=_step_judge(settings), step_weight=settings.step_weight)
     except EngineError as e:
         log.warning("episode of %s/%s failed: %s", setting, task_id, e)
         return _failed(sample, str(e))
