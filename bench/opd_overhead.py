@@ -62,9 +62,9 @@ async def run(args):
     from slime_ext.algorithms.topk import teacher_topk
     from slime_ext.chat.prompt import PromptRenderer
     from slime_ext.judge import HeuristicBackend, HintJudge, Judge, JudgeInput
+    from slime_ext.learning.teacher import teacher_prompt_ids
     from slime_ext.logprobs import teacher_forced_logits
     from slime_ext.models import resolve_model
-    from slime_ext.teacher import teacher_prompt_ids
     from slime_ext.trainers.loop import TrainerConfig, wrap_lora
 
     out = {"env": env_info(), "model": args.model}

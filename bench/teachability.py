@@ -30,22 +30,25 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from slime_ext.chat.prompt import PromptRenderer, stop_token_ids
+    from slime_ext.learning.scorers import TorchScorer
+    from slime_ext.learning.settings import TeacherCheckConfig
+    from slime_ext.learning.teachability import TeacherChecker
+    from slime_ext.learning.teacher import teacher_prompt_ids
     from slime_ext.models import resolve_model
-    from slime_ext.teacher import teacher_prompt_ids
-    from slime_ext.trainers.teachability import TeachabilityConfig, TeacherChecker
 
     torch.set_num_threads(args.threads)
     model_dir = str(resolve_model(args.model))
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     renderer = PromptRenderer(tok)
-    checker = TeacherChecker(TeachabilityConfig(max_new_tokens=args.tokens, per_hint=0), tok, stop_token_ids(tok))
+    checker = TeacherChecker(TeacherCheckConfig(max_new_tokens=args.tokens, per_hint=0), tok)
+    teacher = TorchScorer.of(model, stop_token_ids(tok))
     for hint in args.hints:
         gaps, same, secs = [], 0, []
         for q in QUESTIONS[: args.questions]:
             msgs = [{"role": "user", "content": q}]
             prompt = renderer.render(msgs, [], "auto")
-            c = checker.check(model, prompt, teacher_prompt_ids(renderer, msgs, hint), hint)
+            c = checker.check(teacher, prompt, teacher_prompt_ids(renderer, msgs, hint), hint)
             gaps.append(c.gap)
             same += c.same_answer
             secs.append(c.seconds)

@@ -1,4 +1,11 @@
-"""Per-token log-probs, computed one way everywhere: engine scoring, the trainer, and tests.
+"""Per-token log-probs, computed one way everywhere: the engine's sampling and scoring, the trainer's
+step, the teacher, the teacher check, the canary, and tests.
+
+``token_logprobs`` is the one place a token's log-prob is taken from logits (the fused gather minus
+the log-normalizer of ``algorithms/topk.py``: the same values and gradient as ``log_softmax`` then
+``gather``, without keeping a ``[.., V]`` log-softmax); ``log_distributions`` the one place a whole
+next-token log-distribution is (top-k distillation, topk_select, the engine's sampling).
+``tests/test_layout.py`` holds it: no other module calls ``log_softmax`` on model outputs.
 
 The output layer runs in fp32: bf16 logits are quantized to about 0.1 at typical magnitudes,
 which would make recorded log-probs disagree with any re-computation.
@@ -16,6 +23,8 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
+
+from slime_ext.algorithms.topk import gather_log_softmax
 
 
 def scoring_temperature(sampled_at: float | None) -> float:
@@ -36,11 +45,21 @@ def output_logits(hidden: torch.Tensor, head_fp32: torch.Tensor, temperature: fl
     return logits if temperature == 1.0 else logits / temperature
 
 
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """``log softmax(logits)[target]`` for logits ``[..., V]`` and targets ``[...]`` (float32, with gradient)."""
+    flat = logits.reshape(1, -1, logits.shape[-1])
+    return gather_log_softmax(flat, targets.reshape(1, -1, 1))[0, :, 0].reshape(targets.shape)
+
+
+def log_distributions(logits: torch.Tensor) -> torch.Tensor:
+    """The whole log-distributions ``log_softmax(logits)`` ``[..., V]`` in float32."""
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
 def target_logprobs(hidden: torch.Tensor, head_fp32: torch.Tensor, targets: torch.Tensor,
                     temperature: float = 1.0) -> torch.Tensor:
     """``log p_T(targets[i] | position i)`` for hidden states ``[N, H]`` and target ids ``[N]``."""
-    logp = torch.log_softmax(output_logits(hidden, head_fp32, temperature), dim=-1)
-    return logp.gather(1, targets[:, None])[:, 0]
+    return token_logprobs(output_logits(hidden, head_fp32, temperature), targets)
 
 
 def teacher_forced_logits(model, ids: Sequence[int], start: int, temperature: float = 1.0) -> torch.Tensor:
@@ -53,12 +72,12 @@ def teacher_forced_logits(model, ids: Sequence[int], start: int, temperature: fl
 
 def teacher_forced_log_softmax(model, ids: Sequence[int], start: int, temperature: float = 1.0) -> torch.Tensor:
     """The full log-distributions ``[len(ids) - start, V]`` at ``temperature`` that predict each of
-    ``ids[start:]`` (``log_softmax(teacher_forced_logits)``): what top-k and teacher checks compare."""
-    return torch.log_softmax(teacher_forced_logits(model, ids, start, temperature), dim=-1)
+    ``ids[start:]``: what top-k distillation and topk_select compare."""
+    return log_distributions(teacher_forced_logits(model, ids, start, temperature))
 
 
 def teacher_forced_logprobs(model, ids: Sequence[int], start: int, temperature: float = 1.0) -> torch.Tensor:
     """Log-probs of ``ids[start:]`` given what precedes each, from one forward pass of ``model``, under
     the distribution at ``temperature`` (``log_softmax(logits / T)``)."""
-    logp = teacher_forced_log_softmax(model, ids, start, temperature)
-    return logp.gather(1, torch.tensor(list(ids[start:]))[:, None])[:, 0]
+    logits = teacher_forced_logits(model, ids, start, temperature)
+    return token_logprobs(logits, torch.tensor(list(ids[start:]), device=logits.device))

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from slime_ext.config import ServeConfig
-from slime_ext.types import Method
 
 if TYPE_CHECKING:
     from slime_ext.api.server import ChatServer
@@ -45,11 +44,11 @@ def build_server(cfg: ServeConfig, engine=None, tokenizer=None):
 
         engine = SGLangEngine(cfg.sglang_url, api_key=os.environ.get("SGLANG_API_KEY"), lora=True)
     elif embedded:
-        threads = cfg.threads or (max(1, (os.cpu_count() or 1) - 1) if cfg.method != "none" else None)
+        threads = cfg.threads or (max(1, (os.cpu_count() or 1) - 1) if cfg.learns else None)
         engine = LocalEngine(
             model_dir, dtype=cfg.dtype, threads=threads,
             max_batch_size=cfg.max_batch_size, context_length=cfg.context_length or None,
-            prefix_cache_tokens=cfg.prefix_cache_tokens, device=str(device), training=cfg.method != "none",
+            prefix_cache_tokens=cfg.prefix_cache_tokens, device=str(device), training=cfg.learns,
         )
     store = Store(cfg.resolved_run_dir())
     tracker = SessionTracker(
@@ -69,15 +68,28 @@ def build_server(cfg: ServeConfig, engine=None, tokenizer=None):
 
     judge_worker = build_judge_worker(cfg, store, engine, tokenizer)
     watcher = CheckpointWatcher(engine, cfg.resolved_run_dir()) if embedded else None
-    return ChatServer(engine, tokenizer, store, tracker, settings, judge_worker=judge_worker, checkpoints=watcher)
+    trainer = trainer_supervisor(cfg) if embedded and cfg.learns else None
+    return ChatServer(engine, tokenizer, store, tracker, settings, judge_worker=judge_worker, checkpoints=watcher,
+                      trainer=trainer)
+
+
+def trainer_supervisor(cfg: ServeConfig):
+    """The embedded trainer's supervisor (``trainers/process.py``), not started yet."""
+    from slime_ext.trainers.process import TrainerSupervisor, start_trainer_process
+
+    run_dir = str(cfg.resolved_run_dir())
+    trainer_config = cfg.trainer_config()
+    return TrainerSupervisor(lambda: start_trainer_process(cfg.model, run_dir, trainer_config, device=cfg.device),
+                             run_dir)
 
 
 def start_background(server: ChatServer) -> list[asyncio.Task]:
-    """Start what a built server does besides HTTP: the judge loop and the checkpoint watcher (the
-    HTTP server only notifies the judge of new next states). On the running loop; cancel the tasks
-    to stop them."""
+    """Start what a built server does besides HTTP: the judge loop, the checkpoint watcher (the HTTP
+    server only notifies the judge of new next states) and the trainer's supervisor. On the running
+    loop; cancel the tasks to stop them (and ``server.trainer.stop()`` the trainer)."""
     tasks = [server.judge_worker.run()] if server.judge_worker else []
     tasks += [server.checkpoints.run()] if server.checkpoints else []
+    tasks += [server.trainer.run()] if server.trainer else []
     return [asyncio.create_task(t) for t in tasks]
 
 
@@ -128,7 +140,7 @@ def build_judge_worker(cfg: ServeConfig, store, engine=None, tokenizer=None):
         backend = user_judge_backend(cfg)
     judge = Judge(backend, votes=cfg.judge_votes or None, timeout_s=cfg.judge_timeout_s,
                   max_concurrency=cfg.judge_concurrency)
-    hints = HintJudge.from_judge(judge) if Method.parse(cfg.method).uses_hints else None
+    hints = HintJudge.from_judge(judge) if cfg.method.uses_hints else None
     return JudgeWorker(judge, store, hints=hints)
 
 
@@ -160,17 +172,14 @@ def run_server(cfg: ServeConfig) -> None:
     if not is_loopback(cfg.host) and not (server.settings.api_keys or cfg.user_keys):
         log.warning("binding %s without an API key: anyone who can reach this port can use the model", cfg.host)
 
-    from slime_ext.trainers.process import start_trainer_process
-
     async def main() -> None:
         if cfg.engine == "sglang":  # the SGLang server's context length and version, on this loop
             await server.engine.refresh()
         await server.checkpoints.check()  # after a restart, serve the latest trained version from the start
-        trainer = None
-        if cfg.method != "none":
-            trainer = start_trainer_process(cfg.model, str(run_dir), cfg.trainer_config(), device=cfg.device)
-            log.info("training (%s) in process %d (batch %d, %s)", cfg.method, trainer.pid, cfg.batch_size,
-                     f"LoRA rank {cfg.lora_rank}" if cfg.lora_rank else "full weights")
+        if server.trainer is not None:
+            server.trainer.start()
+            log.info("training (%s) in process %d (batch %d, %s)", cfg.method, server.trainer.process.pid,
+                     cfg.batch_size, f"LoRA rank {cfg.lora_rank}" if cfg.lora_rank else "full weights")
         runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
         await runner.setup()
         listener = await server.guard.listen(runner.server, cfg.host, cfg.port)
@@ -190,9 +199,8 @@ def run_server(cfg: ServeConfig) -> None:
         status.cancel()
         for task in background:
             task.cancel()
-        if trainer is not None:
-            trainer.terminate()
-            trainer.join(10)
+        if server.trainer is not None:
+            server.trainer.stop()
         listener.close()
         await runner.cleanup()
         await server.engine.close()

@@ -11,23 +11,27 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 
-class Method(enum.StrEnum):
+class Choice(enum.StrEnum):
+    """A setting with a fixed set of values. A ``str`` subclass (YAML and the CLI keep plain strings);
+    ``parse`` names the setting and the values when one is wrong."""
+
+    @classmethod
+    def parse(cls, value: str, setting: str = "") -> Choice:
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"{setting or cls.__name__.lower()} {value!r}: expected one of "
+                             f"{', '.join(m.value for m in cls)}") from None
+
+
+class Method(Choice):
     """What the trainer learns from: ``binary`` the judge's verdicts (Binary RL), ``opd`` the
-    hindsight hints (On-Policy Distillation), ``combine`` both; ``none`` records without training.
-    A ``str`` subclass, so configs, YAML and the CLI keep plain strings."""
+    hindsight hints (On-Policy Distillation), ``combine`` both; ``none`` records without training."""
 
     COMBINE = "combine"
     BINARY = "binary"
     OPD = "opd"
     NONE = "none"
-
-    @classmethod
-    def parse(cls, value: str) -> Method:
-        """``value`` as a Method; ValueError names the known ones."""
-        try:
-            return cls(value)
-        except ValueError:
-            raise ValueError(f"method {value!r}: expected {', '.join(m.value for m in cls)}") from None
 
     @property
     def uses_hints(self) -> bool:
@@ -40,9 +44,80 @@ class Method(enum.StrEnum):
         return self in (Method.BINARY, Method.COMBINE)
 
 
-ESTIMATORS: tuple[str, ...] = ("grpo", "drgrpo")  # group advantage estimators (algorithms/groups.py)
-SELECT_RULES: tuple[str, ...] = ("shortest", "token_optimal", "sequence_optimal")  # topk_select hint choice
-VERDICT_CREDIT: tuple[str, ...] = ("uniform", "teacher")  # where a -1 lands (algorithms/advantages.py)
+class Distill(Choice):
+    """The teacher term (docs/learning.md): the per-token gap in the advantage (``token``); at every
+    position over a top-k plus a tail bin (``topk`` reverse KL, ``forward_kl``, ``jsd``); upstream's
+    recipe (``topk_select``); or its reduction to the sampled token (``topk_select_token``: the gap
+    PPO-clipped on its own, added to the verdict's loss)."""
+
+    TOKEN = "token"
+    TOPK = "topk"
+    FORWARD_KL = "forward_kl"
+    JSD = "jsd"
+    TOPK_SELECT = "topk_select"
+    TOPK_SELECT_TOKEN = "topk_select_token"
+
+    @property
+    def per_token(self) -> bool:
+        """The teacher term is a per-token advantage (one teacher log-prob per response token is enough)."""
+        return self in (Distill.TOKEN, Distill.TOPK_SELECT_TOKEN)
+
+    @property
+    def divergence(self) -> str:
+        """The divergence of a top-k distillation loss (``algorithms/divergence.py``)."""
+        return "reverse_kl" if self in (Distill.TOKEN, Distill.TOPK) else self.value
+
+
+class Teacher(Choice):
+    """Whose weights score the hinted prompt: the initial model, or the current policy (self-distillation)."""
+
+    BASE = "base"
+    POLICY = "policy"
+
+
+class Baseline(Choice):
+    """The advantage baseline: none (advantage = verdict) or an EMA of earlier verdicts (algorithms/advantages.py)."""
+
+    NONE = "none"
+    RUNNING = "running"
+
+
+class TopkSupport(Choice):
+    """Whose top-k the distillation runs over (``overlap``: topk_select only)."""
+
+    TEACHER = "teacher"
+    STUDENT = "student"
+    OVERLAP = "overlap"
+
+
+class VerdictCredit(Choice):
+    """Where a -1 lands on a turn the teacher scored: every token, or where the teacher disagrees."""
+
+    UNIFORM = "uniform"
+    TEACHER = "teacher"
+
+
+class Estimator(Choice):
+    """The group advantage: ``grpo`` ((r - mean) / std) or ``drgrpo`` (r - mean) (algorithms/groups.py)."""
+
+    GRPO = "grpo"
+    DRGRPO = "drgrpo"
+
+
+class SelectRule(Choice):
+    """topk_select: which candidate hint teaches (algorithms/topk_select.py)."""
+
+    SHORTEST = "shortest"
+    TOKEN_OPTIMAL = "token_optimal"
+    SEQUENCE_OPTIMAL = "sequence_optimal"
+
+
+class Unfollowed(Choice):
+    """A turn whose hint the teacher does not follow: dropped, trained without its teacher term, or trained."""
+
+    DROP = "drop"
+    SKIP = "skip"
+    TRAIN = "train"
 
 
 class JudgedTurn(TypedDict):
@@ -66,14 +141,8 @@ class JudgedTurn(TypedDict):
     tool_choice: Any
     finish_reason: str
     sampling: dict[str, Any] | None  # the request's sampling settings
-
-
-class TrainingRow(JudgedTurn, total=False):
-    """A judged turn as the trainer fills it in before the step (``trainers/loop.py``)."""
-
-    teacher_prompt_ids: list[int] | None  # the hinted prompt the teacher scored
-    teacher_topk: Any  # the teacher's top-k at each position (distill topk / forward_kl / jsd / topk_select)
-    topk_select: dict[str, Any]  # which candidate hint was chosen where
+    failures: int | None  # training steps that raised with it in them
+    refusals: int | None  # catch-up steps the canary refused with it in them
 
 
 @dataclass

@@ -9,10 +9,10 @@ import pytest
 
 from slime_ext.cli import main
 from slime_ext.judge.heuristic import heuristic_hint
+from slime_ext.learning.teacher import teacher_messages
 from slime_ext.simulate.experiment import COLUMNS, distinct_2, markdown_table, teacher_compliance, write_csv
 from slime_ext.simulate.personas import get_persona
 from slime_ext.simulate.questions import preference_tasks
-from slime_ext.teacher import teacher_messages
 
 
 def _row(method, persona, seed, sessions, score, interactions=None, wall=10.0, correct="", teacher=""):

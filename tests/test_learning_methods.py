@@ -70,3 +70,29 @@ def test_method_selects_what_is_judged_trained_and_recorded(make_server, method,
         assert all(t["dropped"] == "no hint: nothing to distill" for t in others)
     else:
         assert trained == set(FEEDBACK) and all(t["dropped"] is None for t in turns.values())
+
+
+def test_combine_on_serve_defaults_checks_the_teacher_and_gates_the_version(make_server):
+    """``make serve``'s learning defaults on tiny (combine, batch 4, canary on, teacher check on, unfollowed hints
+    dropped): the hinted turn is checked, and dropped because tiny's random teacher does not follow the hint;
+    the verdicts train a version the canary probed before it was served."""
+    srv = make_server(extra=["--method", "combine"])  # the rest as `make serve` has it
+    for i in range(8):
+        u = {"role": "user", "content": f"What is the capital of country {i}?"}
+        reply = chat(srv, [u], seed=i)
+        chat(srv, [u, {"role": "assistant", "content": reply}, {"role": "user", "content": FEEDBACK[i % 4]}],
+             seed=100 + i)
+    deadline = time.time() + 240
+    while srv.health()["policy_version"] < 1:
+        assert time.time() < deadline, srv.log_tail()
+        time.sleep(0.3)
+    health = srv.health()
+    assert health["training"]["canary"]["checks"] >= 1 and health["training"]["canary"]["refused"] == 0
+    checked = health["hints_teacher_cannot_follow"]
+    assert checked >= 1 and health["dropped_by_reason"]["teacher does not follow the hint"] == checked
+    turns = [t for s in srv.records()["sessions"] for t in s["turns"] if t["next_state"]]
+    hinted = [t for t in turns if t["teacher_check"]]
+    assert len(hinted) == checked and all(t["hint"] and t["teacher_check"]["follows"] is False
+                                          and t["trained_in_version"] is None for t in hinted)
+    trained = [t for t in turns if t["trained_in_version"] is not None]
+    assert len(trained) >= 4 and all(t["hint"] is None for t in trained)

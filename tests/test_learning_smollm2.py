@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import torch
 
 from slime_ext.logprobs import scoring_temperature, teacher_forced_logprobs
@@ -68,3 +69,34 @@ def test_lora_cycle_on_smollm2_moves_logprobs_the_way_the_verdicts_say(make_serv
                 old = teacher_forced_logprobs(tuned, prompt + response, len(prompt), temperature).sum().item()
         assert abs(old - sum(t["response_logprobs"])) < 1e-2 * len(response)  # recorded under the base
         assert (new - old) * t["verdict"] > 0, (t["verdict"], old, new)
+
+
+@pytest.mark.slow
+def test_serve_defaults_on_smollm2_teach_a_preference_through_the_teacher_check_and_the_canary(make_server):
+    """``make serve``'s defaults (combine, batch 4, LoRA 16, canary on, teacher check on, unfollowed hints dropped)
+    on the real model: a user asks eight questions and answers each with a standing length preference SmolLM2
+    mostly follows when told. Every turn of the first step was scored by the hinted teacher and checked (it
+    follows the hint there); a turn whose check says the teacher does not follow it there is dropped, with the
+    check shown; and the canary probes the version before it may be served."""
+    from slime_ext.simulate.questions import preference_tasks
+
+    srv = make_server(model="smollm2-135m", extra=["--method", "combine", "--status-interval-s", "0",
+                                                   "--default-max-tokens", "64"])
+    for i, q in enumerate(preference_tasks("train", 8, seed=0)):
+        u = {"role": "user", "content": q.prompt}
+        reply = chat(srv, [u], seed=i)["choices"][0]["message"]["content"]
+        chat(srv, [u, {"role": "assistant", "content": reply},
+                   {"role": "user", "content": "From now on, answer in one short sentence."}], seed=50 + i)
+    deadline = time.time() + 900
+    while srv.health()["training"].get("canary", {}).get("checks", 0) < 1:
+        assert time.time() < deadline, srv.log_tail()
+        time.sleep(1)
+    canary = srv.health()["training"]["canary"]["last"]
+    turns = [t for s in srv.records()["sessions"] for t in s["turns"] if t["next_state"]]
+    assert len(turns) == 8 and all(t["hint"] == "Answer in one short sentence." for t in turns)
+    stepped = [t for t in turns if t["trained_in_version"] == 1 or (t["dropped"] or "").startswith("canary refused")]
+    assert len(stepped) == 4 and canary["version"] == 1 and (canary["accepted"] == (stepped[0]["trained_in_version"] == 1))
+    assert all(t["teacher_check"]["follows"] and len(t["teacher_logprobs"]) == len(t["response_token_ids"])
+               for t in stepped)
+    unfollowed = [t for t in turns if (t["dropped"] or "").startswith("teacher does not follow the hint")]
+    assert all(t["teacher_check"]["follows"] is False for t in unfollowed)

@@ -18,17 +18,17 @@ import torch
 from slime_ext.chat.prompt import PromptRenderer, stop_token_ids
 from slime_ext.engines.base import SamplingParams
 from slime_ext.engines.local import LocalEngine
+from slime_ext.learning.settings import TeacherCheckConfig
+from slime_ext.learning.teacher import teacher_prompt_ids
 from slime_ext.logprobs import teacher_forced_logprobs
 from slime_ext.models import resolve_model
 from slime_ext.store import Store, export_records
-from slime_ext.teacher import teacher_logprobs, teacher_prompt_ids
 from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, wrap_lora
-from slime_ext.trainers.teachability import TeachabilityConfig
 from slime_ext.types import Turn
 
 # the trainer's mechanics, whatever the teacher check says (tiny's random teacher follows no hint; the
 # default, unfollowed hints dropped, would leave nothing to train): trained anyway
-TRAIN_ANYWAY = TeachabilityConfig(unfollowed="train")
+TRAIN_ANYWAY = TeacherCheckConfig(unfollowed="train")
 
 HINT = "Answer with a single word."
 TRAIN = ["What is the capital of Italy?", "What is the capital of Spain?", "What is the largest planet?",
@@ -71,8 +71,7 @@ def test_teacher_scores_the_recorded_answer_with_the_hint(smollm2):
     from_score = asyncio.run(via_engine())
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     with torch.no_grad():
-        direct = teacher_logprobs(lambda ids, start: teacher_forced_logprobs(model, ids, start).tolist(),
-                                  teacher_prompt, answer)
+        direct = teacher_forced_logprobs(model, teacher_prompt + answer, len(teacher_prompt)).tolist()
         student = teacher_forced_logprobs(model, student_prompt + answer, len(student_prompt)).sum().item()
     assert max(abs(a - b) for a, b in zip(from_score, direct)) < 1e-4
     assert sum(direct) > student + 10  # about -3.3 against -18.6 nats

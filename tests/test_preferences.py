@@ -11,11 +11,13 @@ import pytest
 import slime_ext.store as store_module
 from slime_ext.cli import main as cli_main
 from slime_ext.judge.worker import is_standing_preference
+from slime_ext.learning.example import Example
+from slime_ext.learning.replay import replay_examples
+from slime_ext.learning.settings import ReplayConfig, TeacherCheckConfig
+from slime_ext.learning.teacher import HINT_BLOCK, hint_text, teacher_messages
 from slime_ext.store import Store, export_records
-from slime_ext.teacher import HINT_BLOCK, hint_text, teacher_messages
 from slime_ext.trainers import loop
 from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, wrap_lora
-from slime_ext.trainers.replay import ReplayConfig, replay_rows
 from slime_ext.types import Turn
 from tests.test_trainer_loop import tiny_model_and_renderer
 
@@ -140,7 +142,7 @@ def users(tmp_path):
 def trainer_for(users, turns=0, steps=1, budget_s=5.0):
     base, store, renderer, run = users
     cfg = TrainerConfig(method="opd", batch_size=2, lr=1e-3, lora_rank=8, lora_alpha=16,
-                        teacher_check=loop.TeachabilityConfig(enabled=False), replay_turns=turns,
+                        teacher_check=TeacherCheckConfig(enabled=False), replay_turns=turns,
                         replay_steps=steps, replay_budget_s=budget_s)
     return OnlineTrainer(wrap_lora(base, cfg), store, run, cfg, renderer=renderer)
 
@@ -180,23 +182,28 @@ def test_replay_teaches_the_users_earlier_turns_under_all_their_preferences_in_k
                if r["session_id"].startswith("alice-old"))
 
 
+def replay_rows(store, rows, limit, **kw):
+    """(session id, preferences) of the turns replay would re-teach after ``rows``."""
+    return [(ex.session_id, hints) for ex, hints in replay_examples(store, [Example.from_row(r) for r in rows], limit,
+                                                                    **kw)]
+
+
 def test_bob_is_replayed_under_his_preference_only(users):
     bob = users[1].trainable_turns(10)[-1:]
     assert bob[0]["session_id"] == "bob-new"
     pairs = replay_rows(users[1], bob, 5)
-    assert [(r["session_id"], hints) for r, hints in pairs] == [("bob-old", [BOB])]  # none of alice's
+    assert pairs == [("bob-old", [BOB])]  # none of alice's
     both = users[1].trainable_turns(10)
-    assert {r["session_id"] for r, _ in replay_rows(users[1], both, 5)} == {"alice-old0", "alice-old1", "alice-old2",
-                                                                          "bob-old"}
-    assert all((BOB in hints) == r["session_id"].startswith("bob") for r, hints in replay_rows(users[1], both, 5))
+    assert {sid for sid, _ in replay_rows(users[1], both, 5)} == {"alice-old0", "alice-old1", "alice-old2", "bob-old"}
+    assert all((BOB in hints) == sid.startswith("bob") for sid, hints in replay_rows(users[1], both, 5))
 
 
 def test_a_preference_left_out_is_not_replayed_and_a_user_left_with_none_is_not_either(users):
     both = users[1].trainable_turns(10)
     pairs = replay_rows(users[1], both, 5, keep=lambda hint: hint != ALICE[0])
-    assert {r["session_id"]: hints for r, hints in pairs}["alice-old0"] == [ALICE[1]]
+    assert dict(pairs)["alice-old0"] == [ALICE[1]]
     pairs = replay_rows(users[1], both, 5, keep=lambda hint: hint == BOB)
-    assert [(r["session_id"], hints) for r, hints in pairs] == [("bob-old", [BOB])]
+    assert pairs == [("bob-old", [BOB])]
 
 
 def test_no_pass_starts_once_the_budget_is_spent(users, monkeypatch):

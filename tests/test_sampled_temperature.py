@@ -16,6 +16,7 @@ import torch
 
 from slime_ext.engines.base import SamplingParams
 from slime_ext.engines.local import LocalEngine
+from slime_ext.learning import teacher
 from slime_ext.logprobs import (
     output_logits,
     scoring_temperature,
@@ -24,7 +25,6 @@ from slime_ext.logprobs import (
 )
 from slime_ext.models import resolve_model
 from slime_ext.store import Store
-from slime_ext.trainers import loop
 from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, wrap_lora
 from slime_ext.types import Turn
 from tests.test_slime_rollout import FEEDBACK, sglang_source  # noqa: F401  (a fixture: the live rollout on tiny)
@@ -84,11 +84,10 @@ async def test_first_step_ratio_is_one_and_an_unhinted_teachers_gap_is_zero_at_t
         turn = await sampled_turn(store, engine, "s", [1, 40, 41, 42, 43, 44, 2, 1, 50], temperature)
     finally:
         await engine.close()
-    monkeypatch.setattr(loop, "teacher_prompt_ids", lambda *a, **k: list(turn.prompt_token_ids))  # "unhinted"
-    monkeypatch.setattr(OnlineTrainer, "check_teacher", lambda self, row: None, raising=False)
+    monkeypatch.setattr(teacher, "teacher_prompt_ids", lambda *a, **k: list(turn.prompt_token_ids))  # "unhinted"
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     cfg = TrainerConfig(method="combine", batch_size=1, lora_rank=4, lora_alpha=8, group_size=3,
-                        group_temperature=0.5, group_max_new_tokens=4)
+                        group_temperature=0.5, group_max_new_tokens=4, teacher_check=False)
     trainer = OnlineTrainer(wrap_lora(base, cfg), store, tmp_path / "run", cfg,
                             renderer=PromptRenderer(AutoTokenizer.from_pretrained(model_dir)))
     m = trainer.step()
@@ -145,7 +144,7 @@ def test_slime_rollout_drops_a_turn_sampled_at_another_temperature_and_tags_the_
     talk(src.port, 0, temperature=0.3)
     for i in (1, 2, 3):
         talk(src.port, i)
-    samples = src.take(3, 0, timeout_s=60)
+    samples = [group[0] for group in src.take(3, 0, timeout_s=60)]
     assert [s.metadata["temperature"] for s in samples] == [1.0, 1.0, 1.0]
     turns = {t["next_state"]: t for s in store_records(src.store.run_dir) for t in s["turns"] if t["next_state"]}
     dropped = turns[FEEDBACK[0]]

@@ -67,7 +67,7 @@ def test_sampling_defaults_openai_ignores_the_models_values(tmp_path):
     assert sampling_defaults(tmp_path, "model").temperature == 0.2
     openai = sampling_defaults(tmp_path, "openai")
     assert (openai.temperature, openai.top_p) == (1.0, 1.0)
-    with pytest.raises(ValueError, match="sampling_defaults 'greedy': expected model or openai"):
+    with pytest.raises(ValueError, match="sampling_defaults 'greedy': expected one of model, openai"):
         ServeConfig(sampling_defaults="greedy").validated()
 
 

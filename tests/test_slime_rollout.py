@@ -62,8 +62,8 @@ def sglang_source(tmp_path):
 
 
 @pytest.mark.parametrize("method", ["combine", "binary"])
-def test_rollout_returns_consistent_samples_and_teacher_log_probs(sglang_source, method, monkeypatch):
-    src = sglang_source(method)
+def test_rollout_returns_consistent_samples_with_the_pipelines_advantages(sglang_source, method, monkeypatch):
+    src = sglang_source(method, teacher_check=False)
     args = SimpleNamespace(openclaw_rl={"method": method}, rollout_batch_size=3, n_samples_per_prompt=1)
     monkeypatch.setattr("slime_ext.hooks.rollout.live_source", lambda a: src)
     result = {}
@@ -82,13 +82,17 @@ def test_rollout_returns_consistent_samples_and_teacher_log_probs(sglang_source,
         assert s.reward in (1.0, -1.0) and isinstance(s.response, str)
     raw, rewards = post_process_rewards(args, samples)
     assert raw == rewards == [s.reward for s in samples]
-    hinted = [s for s in samples if "teacher_log_probs" in s.metadata]
-    if method == "combine":
-        assert len(hinted) == 1 and len(hinted[0].teacher_log_probs) == hinted[0].response_length
-        assert hinted[0].teacher_log_probs != hinted[0].rollout_log_probs  # the hint changed the teacher's view
-        assert all(s.teacher_log_probs == s.rollout_log_probs for s in samples if s not in hinted)
-    else:
-        assert not hinted and all(s.teacher_log_probs is None for s in samples)
+    # each token's advantage rides in teacher_log_probs (hooks/rollout.py): the verdict on every token, and on
+    # the hinted turn (combine) its teacher term besides, clip(teacher - rollout, 5), scored through SGLang
+    hinted = [ex for ex in src.taken if ex.teaching is not None]
+    assert len(hinted) == (1 if method == "combine" else 0)
+    for s, ex in zip(samples, src.taken):
+        advantage = [t - r for t, r in zip(s.teacher_log_probs, s.rollout_log_probs)]
+        teacher = [max(-5.0, min(5.0, t - r)) for t, r in zip(ex.teaching.logprobs, ex.rollout_logprobs)] \
+            if ex.teaching else [0.0] * s.response_length
+        assert advantage == pytest.approx([s.reward + g for g in teacher], abs=1e-5)
+    if hinted:
+        assert hinted[0].teaching.logprobs != hinted[0].rollout_logprobs  # the hint changed the teacher's view
     # handed-out turns are marked, so the next call waits for new ones instead of repeating them
     import time
 
@@ -165,11 +169,12 @@ def test_a_backlog_older_than_the_cap_is_handed_to_slime_not_dropped(tmp_path):
         src.store.set_next_state(sid, 0, "thanks", "user")
         src.store.record_verdict(sid, 0, [1, -1, 0][i % 3], [(1, "t")])
     try:
-        taken = [src.take(4, r, timeout_s=1.0) for r in (10, 11)]
-        assert [len(t) for t in taken] == [4, 4]
+        first = src.take(4, 10, timeout_s=1.0)
+        m = src.metrics(first)
+        second = src.take(4, 11, timeout_s=1.0)
+        assert [len(t) for t in (first, second)] == [4, 4]
         counts = src.store.counts()
         assert counts["dropped_by_reason"] == {"verdict 0 (ambiguous)": 4} and counts["trained_turns"] == 8
-        m = src.metrics(taken[0])
         assert m["openclaw/staleness_max"] == 10 and m["openclaw/over_cap_turns"] == 4
     finally:
         src.store.close()
@@ -188,3 +193,21 @@ def test_the_rollout_server_drops_a_half_sent_request_as_serve_does(sglang_sourc
         assert sock.recv(1024) == b""  # the server closed it (a timeout here raises instead)
         assert time.monotonic() - started < 20
     assert chat(src.port, [{"role": "user", "content": "still there?"}], seed=1) is not None
+
+
+def test_the_teacher_check_runs_on_slime_through_sglang(sglang_source):
+    """The same teacher check as the embedded trainer's (learning/teachability.py), its teacher the synced
+    policy served by SGLang: each hinted turn's check is stored and shown, and decides what trains."""
+    src = sglang_source("opd", unfollowed_hints="train", teacher_checks_per_hint=0)
+    for i in range(2):
+        u = {"role": "user", "content": f"Question {i}?"}
+        reply = chat(src.port, [u], seed=i)
+        chat(src.port, [u, {"role": "assistant", "content": reply},
+                        {"role": "user", "content": "From now on, answer in one short sentence."}], seed=50 + i)
+    groups = src.take(2, 0, timeout_s=120)
+    assert len(groups) == 2 and all(ex.teaching is not None for ex in src.taken)
+    summary = src.store.teacher_check_summary()
+    assert summary["hints_teacher_follows"] + summary["hints_teacher_cannot_follow"] == 2
+    checked = [t["teacher_check"] for s in __import__("slime_ext.store", fromlist=["x"]).export_records(
+        src.store.run_dir)["sessions"] for t in s["turns"] if t["hint"]]
+    assert len(checked) == 2 and all(c["tokens"] > 0 and c["same_answer"] is not None for c in checked)

@@ -1,4 +1,4 @@
-"""What the hinted teacher can teach (``trainers/teachability.py``, issue #15 item 6): each hinted
+"""What the hinted teacher can teach (``learning/teachability.py``, issue #15 item 6): each hinted
 turn's measure and decision are stored, shown by ``records``, ``/healthz`` and ``/metrics``, and a
 hint the teacher does not follow trains no teacher term when ``unfollowed: skip``, and nothing at all
 (nor is it replayed) when ``unfollowed: drop``."""
@@ -14,11 +14,10 @@ import urllib.request
 import pytest
 import torch
 
-from slime_ext.store import Store, export_records
-from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, wrap_lora
-from slime_ext.trainers.teachability import (
+from slime_ext.learning.scorers import TorchScorer
+from slime_ext.learning.settings import TeacherCheckConfig
+from slime_ext.learning.teachability import (
     NOT_FOLLOWED,
-    TeachabilityConfig,
     TeacherCheck,
     TeacherChecker,
     decide,
@@ -27,6 +26,8 @@ from slime_ext.trainers.teachability import (
     measure,
     median,
 )
+from slime_ext.store import Store, export_records
+from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, wrap_lora
 
 # ---------------------------------------------------------------- pure parts
 
@@ -60,15 +61,15 @@ def check(follows: bool) -> TeacherCheck:
 @pytest.mark.parametrize("method, verdict, strip, drop", [
     ("opd", -1, True, True), ("combine", 0, True, True), ("combine", -1, True, False), ("combine", 1, True, False)])
 def test_an_unfollowed_hint_loses_its_teacher_term_and_the_turn_goes_only_when_nothing_is_left(method, verdict, strip, drop):
-    skip = TeachabilityConfig(unfollowed="skip")
+    skip = TeacherCheckConfig(unfollowed="skip")
     assert excluded(method, verdict, check(False), skip) == (strip, "x" if drop else None)
     assert excluded(method, verdict, check(True), skip) == (False, None)
-    assert excluded(method, verdict, check(False), TeachabilityConfig(unfollowed="train")) == (False, None)
+    assert excluded(method, verdict, check(False), TeacherCheckConfig(unfollowed="train")) == (False, None)
 
 
 @pytest.mark.parametrize("method, verdict", [("opd", -1), ("combine", 0), ("combine", -1), ("combine", 1)])
 def test_drop_leaves_nothing_of_an_unfollowed_hint_whatever_its_verdict(method, verdict):
-    drop = TeachabilityConfig(unfollowed="drop")
+    drop = TeacherCheckConfig(unfollowed="drop")
     assert excluded(method, verdict, check(False), drop) == (True, "x")
     assert excluded(method, verdict, check(True), drop) == (False, None)
 
@@ -76,7 +77,7 @@ def test_drop_leaves_nothing_of_an_unfollowed_hint_whatever_its_verdict(method, 
 def test_bad_settings_are_refused_by_name():
     from slime_ext.config import ServeConfig
 
-    with pytest.raises(ValueError, match="unfollowed_hints 'forget': expected drop or skip or train"):
+    with pytest.raises(ValueError, match="unfollowed_hints 'forget': expected one of drop, skip, train"):
         ServeConfig(unfollowed_hints="forget").validated()
     with pytest.raises(ValueError, match="teacher_checks_per_hint"):
         ServeConfig(teacher_checks_per_hint=-1).validated()
@@ -84,7 +85,7 @@ def test_bad_settings_are_refused_by_name():
         ServeConfig(teacher_check_tokens=0).validated()
     cfg = ServeConfig(teacher_check=False, teacher_min_gap=0.4, teacher_check_tokens=12,
                       unfollowed_hints="skip").trainer_config().teacher_check
-    assert cfg == TeachabilityConfig(enabled=False, min_gap=0.4, max_new_tokens=12, unfollowed="skip")
+    assert cfg == TeacherCheckConfig(enabled=False, min_gap=0.4, max_new_tokens=12, unfollowed="skip")
 
 
 # ---------------------------------------------------------------- the measure on tiny (random weights: mechanical)
@@ -106,42 +107,44 @@ def tiny():
 def test_a_hint_that_changes_nothing_has_gap_zero_and_the_same_answer(tiny):
     model, _, renderer = tiny
     prompt = renderer.render([{"role": "user", "content": "question"}], [])
-    gap, same, answer = measure(model, prompt, prompt, stop_ids=[], max_new_tokens=6)
+    gap, same, answer = measure(TorchScorer.of(model, []), prompt, prompt, max_new_tokens=6)
     assert gap == pytest.approx(0.0, abs=1e-5) and same and len(answer) == 6
 
 
 def test_checks_are_cached_per_prompt_and_hint_and_decided_by_the_hints_median(tiny):
-    from slime_ext.teacher import teacher_prompt_ids
+    from slime_ext.learning.teacher import teacher_prompt_ids
 
     model, tok, renderer = tiny
-    checker = TeacherChecker(TeachabilityConfig(min_gap=-100.0, max_new_tokens=4), tok, [])
+    teacher = TorchScorer.of(model, [])
+    checker = TeacherChecker(TeacherCheckConfig(min_gap=-100.0, max_new_tokens=4), tok)
     msgs = [[{"role": "user", "content": f"question {i}"}] for i in range(3)]
     hint = "Answer in one short sentence."
-    first = checker.check(model, renderer.render(msgs[0], []), teacher_prompt_ids(renderer, msgs[0], hint), hint)
+    first = checker.check(teacher, renderer.render(msgs[0], []), teacher_prompt_ids(renderer, msgs[0], hint), hint)
     assert not first.cached and first.seconds > 0 and first.tokens == 4 and first.hint_checks == 1
     assert first.hint_gap == first.gap and first.follows == (not first.same_answer)
-    again = checker.check(model, renderer.render(msgs[0], []), teacher_prompt_ids(renderer, msgs[0], hint), hint)
+    again = checker.check(teacher, renderer.render(msgs[0], []), teacher_prompt_ids(renderer, msgs[0], hint), hint)
     assert again.cached and again.seconds == 0 and again.gap == first.gap and again.hint_checks == 1
     gaps = [first.gap]
     for m in msgs[1:]:
-        c = checker.check(model, renderer.render(m, []), teacher_prompt_ids(renderer, m, hint), hint)
+        c = checker.check(teacher, renderer.render(m, []), teacher_prompt_ids(renderer, m, hint), hint)
         gaps.append(c.gap)
     assert c.hint_checks == 3 and c.hint_gap == pytest.approx(median(gaps), abs=1e-4)
 
 
 def test_a_hint_measured_on_per_hint_prompts_is_decided_by_its_median_without_measuring_again(tiny):
-    from slime_ext.teacher import teacher_prompt_ids
+    from slime_ext.learning.teacher import teacher_prompt_ids
 
     model, tok, renderer = tiny
-    checker = TeacherChecker(TeachabilityConfig(min_gap=-100.0, max_new_tokens=4, per_hint=2), tok, [])
+    teacher = TorchScorer.of(model, [])
+    checker = TeacherChecker(TeacherCheckConfig(min_gap=-100.0, max_new_tokens=4, per_hint=2), tok)
     hint = "Be brief."
     msgs = [[{"role": "user", "content": f"question {i}"}] for i in range(3)]
-    checks = [checker.check(model, renderer.render(m, []), teacher_prompt_ids(renderer, m, hint), hint) for m in msgs]
+    checks = [checker.check(teacher, renderer.render(m, []), teacher_prompt_ids(renderer, m, hint), hint) for m in msgs]
     assert [c.cached for c in checks] == [False, False, True] and checks[2].seconds == 0
     assert checks[2].same_answer is None and checks[2].tokens == 0 and checks[2].hint_checks == 2
     assert checks[2].hint_gap == pytest.approx(median([checks[0].gap, checks[1].gap]), abs=1e-4)
     assert checks[2].follows and "not measured on this prompt" in checks[2].reason
-    other = checker.check(model, renderer.render(msgs[0], []), teacher_prompt_ids(renderer, msgs[0], "Be kind."), "Be kind.")
+    other = checker.check(teacher, renderer.render(msgs[0], []), teacher_prompt_ids(renderer, msgs[0], "Be kind."), "Be kind.")
     assert not other.cached and other.hint_checks == 1  # per hint
 
 
@@ -158,7 +161,7 @@ def hinted_store(tmp_path, model, renderer, verdict: int, n: int = 4, hint: str 
     return store
 
 
-def trainer_for(tmp_path, tiny, method: str, verdict: int, check: TeachabilityConfig):
+def trainer_for(tmp_path, tiny, method: str, verdict: int, check: TeacherCheckConfig):
     from transformers import AutoModelForCausalLM
 
     from slime_ext.models import resolve_model
@@ -176,7 +179,7 @@ def turns_of(store):
 
 
 def test_combine_trains_an_unfollowed_hint_by_its_verdict_only_and_records_why(tmp_path, tiny):
-    trainer, store = trainer_for(tmp_path, tiny, "combine", -1, TeachabilityConfig(min_gap=1e9, unfollowed="skip"))
+    trainer, store = trainer_for(tmp_path, tiny, "combine", -1, TeacherCheckConfig(min_gap=1e9, unfollowed="skip"))
     m = trainer.step()
     assert m["turns"] == 4 and m["hinted_turns"] == 0 and m["hints_unfollowed"] == 4 and m["teacher_check_s"] > 0
     turns = turns_of(store)
@@ -189,7 +192,7 @@ def test_combine_trains_an_unfollowed_hint_by_its_verdict_only_and_records_why(t
 
 
 def test_opd_drops_a_turn_whose_hint_the_teacher_does_not_follow(tmp_path, tiny):
-    trainer, store = trainer_for(tmp_path, tiny, "opd", -1, TeachabilityConfig(min_gap=1e9, unfollowed="skip"))
+    trainer, store = trainer_for(tmp_path, tiny, "opd", -1, TeacherCheckConfig(min_gap=1e9, unfollowed="skip"))
     assert trainer.step() is None
     turns = turns_of(store)
     assert all(t["dropped"].startswith(NOT_FOLLOWED + ":") and t["trained_in_version"] is None for t in turns.values())
@@ -199,12 +202,12 @@ def test_opd_drops_a_turn_whose_hint_the_teacher_does_not_follow(tmp_path, tiny)
 def test_serve_by_default_does_not_train_an_unfollowed_hint():
     from slime_ext.config import ServeConfig
 
-    assert ServeConfig().unfollowed_hints == "drop"
+    assert ServeConfig().teacher_check.unfollowed == "drop"
     assert ServeConfig().trainer_config().teacher_check.unfollowed == "drop"
 
 
 def test_combine_drops_a_minus_one_turn_whose_hint_the_teacher_does_not_follow(tmp_path, tiny):
-    trainer, store = trainer_for(tmp_path, tiny, "combine", -1, TeachabilityConfig(min_gap=1e9, unfollowed="drop"))
+    trainer, store = trainer_for(tmp_path, tiny, "combine", -1, TeacherCheckConfig(min_gap=1e9, unfollowed="drop"))
     assert trainer.step() is None  # all four turns dropped: the -1 verdicts do not train alone
     turns = turns_of(store)
     assert all(t["dropped"].startswith(NOT_FOLLOWED + ":") and t["trained_in_version"] is None for t in turns.values())
@@ -217,24 +220,26 @@ def test_replay_leaves_out_a_preference_the_teacher_does_not_follow(unfollowed, 
         def follows(self, hint):
             return {"Be brief.": True, "Say Sure!": False}.get(hint)
 
-    trainer = OnlineTrainer.__new__(OnlineTrainer)  # only the replay decision: no model, no store
-    trainer.config = TrainerConfig(method="combine", teacher_check=TeachabilityConfig(unfollowed=unfollowed))
-    trainer.checker = Checker()
-    assert trainer.replays_hint("Be brief.") and trainer.replays_hint("never measured")
-    assert trainer.replays_hint("Say Sure!") is replayed
-    trainer.checker = None  # no check: everything is replayed
-    assert trainer.replays_hint("Say Sure!")
+    from slime_ext.learning.pipeline import Pipeline
+
+    pipeline = Pipeline.__new__(Pipeline)  # only the replay decision: no model, no store
+    pipeline.config = TrainerConfig(method="combine", teacher_check=TeacherCheckConfig(unfollowed=unfollowed))
+    pipeline.checker = Checker()
+    assert pipeline.replays_hint("Be brief.") and pipeline.replays_hint("never measured")
+    assert pipeline.replays_hint("Say Sure!") is replayed
+    pipeline.config = TrainerConfig(method="combine", teacher_check=TeacherCheckConfig(enabled=False))
+    assert pipeline.replays_hint("Say Sure!")  # no check: everything is replayed
 
 
 def test_train_records_an_unfollowed_hint_and_still_distills_it(tmp_path, tiny):
-    trainer, store = trainer_for(tmp_path, tiny, "opd", -1, TeachabilityConfig(min_gap=1e9, unfollowed="train"))
+    trainer, store = trainer_for(tmp_path, tiny, "opd", -1, TeacherCheckConfig(min_gap=1e9, unfollowed="train"))
     m = trainer.step()
     assert m["hinted_turns"] == 4 and m["hints_unfollowed"] == 4
     assert store.teacher_check_summary()["hints_teacher_cannot_follow"] == 4
 
 
 def test_no_check_no_record(tmp_path, tiny):
-    trainer, store = trainer_for(tmp_path, tiny, "opd", -1, TeachabilityConfig(enabled=False))
+    trainer, store = trainer_for(tmp_path, tiny, "opd", -1, TeacherCheckConfig(enabled=False))
     m = trainer.step()
     assert m["hinted_turns"] == 4 and "teacher_check_s" not in m
     assert all(t["teacher_check"] is None for t in turns_of(store).values())
@@ -300,18 +305,19 @@ def test_smollm2_follows_one_short_sentence_and_not_lowercase():
 
     from bench.teachability import QUESTIONS
     from slime_ext.chat.prompt import PromptRenderer, stop_token_ids
+    from slime_ext.learning.teacher import teacher_prompt_ids
     from slime_ext.models import resolve_model
-    from slime_ext.teacher import teacher_prompt_ids
 
     model_dir = str(resolve_model("smollm2-135m"))
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     renderer = PromptRenderer(tok)
-    checker = TeacherChecker(TeachabilityConfig(per_hint=0), tok, stop_token_ids(tok))
+    checker = TeacherChecker(TeacherCheckConfig(per_hint=0), tok)
+    teacher = TorchScorer.of(model, stop_token_ids(tok))
     hints = ["Answer in one short sentence.", "Write everything in lowercase."]
     for hint in hints:
         for q in QUESTIONS:
             msgs = [{"role": "user", "content": q}]
-            checker.check(model, renderer.render(msgs, []), teacher_prompt_ids(renderer, msgs, hint), hint)
+            checker.check(teacher, renderer.render(msgs, []), teacher_prompt_ids(renderer, msgs, hint), hint)
     sentence, lowercase = (median(list(checker.gaps[h].values())) for h in hints)
-    assert sentence > TeachabilityConfig().min_gap > lowercase, (sentence, lowercase)
+    assert sentence > TeacherCheckConfig().min_gap > lowercase, (sentence, lowercase)

@@ -4,8 +4,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from slime_ext.chat.prompt import PromptRenderer
+from slime_ext.learning.teacher import HINT_BLOCK, teacher_messages, teacher_prompt_ids
 from slime_ext.models import resolve_model
-from slime_ext.teacher import HINT_BLOCK, teacher_logprobs, teacher_messages, teacher_prompt_ids
 
 HINT = "Answer with a single word."
 
@@ -47,8 +47,3 @@ def test_rendered_teacher_prompt_is_the_student_prompt_plus_the_hint_block():
     assert teacher == student.replace("What is the capital of France?", "What is the capital of France?" + HINT_BLOCK.format(hint=HINT))
     assert "lookup" in teacher  # the request's tools are rendered as for the student
 
-
-def test_teacher_logprobs_checks_the_scorer_length():
-    assert teacher_logprobs(lambda ids, start: [-1.0] * (len(ids) - start), [1, 2], [3, 4]) == [-1.0, -1.0]
-    with pytest.raises(ValueError, match="returned 1 log-probs for 2"):
-        teacher_logprobs(lambda ids, start: [-1.0], [1, 2], [3, 4])

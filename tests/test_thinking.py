@@ -91,7 +91,7 @@ def test_the_teacher_renders_the_hinted_prompt_with_the_turns_switch(thinking_mo
     from transformers import AutoTokenizer
 
     from slime_ext.chat.prompt import PromptRenderer
-    from slime_ext.teacher import teacher_prompt_ids
+    from slime_ext.learning.teacher import teacher_prompt_ids
 
     renderer = PromptRenderer(AutoTokenizer.from_pretrained(thinking_model))
     question = [{"role": "user", "content": "What is 2+2?"}]

@@ -156,22 +156,24 @@ def test_select_support_picks_the_overlapping_candidate_and_fixes_the_advantages
         select_support(student, torch.stack([far]), 5, "shortest", "student")
 
 
-def test_slime_token_level_reduction_clips_each_term_on_its_own():
-    from slime_ext.algorithms import AdvantageWeights, PolicyLossConfig
-    from slime_ext.hooks.loss import combine_loss_from_log_probs, topk_select_token_loss_from_log_probs
+def test_topk_select_token_clips_each_term_on_its_own():
+    """``distill: topk_select_token`` (both drivers: learning/objective.py): the verdict term and the teacher term
+    are each PPO-clipped, then added; ``token`` clips their sum once."""
+    from slime_ext.algorithms import AdvantageWeights, PolicyLossConfig, policy_loss
+    from slime_ext.learning.objective import Objective
+    from slime_ext.types import Distill
 
-    old = torch.log(torch.tensor([0.5]))
-    batch = {"rollout_log_probs": [old], "teacher_log_probs": [old + 0.5], "advantages": [torch.tensor([-1.0])],
-             "loss_masks": [torch.ones(1)]}
-    weights, config = AdvantageWeights(1.0, 1.0, 1.0), PolicyLossConfig()
-    moved = [old + math.log(1.5)]  # ratio 1.5: -min(1.5 * -1, 1.28 * -1) = 1.5 and -min(1.5 * 0.5, 1.28 * 0.5) = -0.64
-    loss, metrics = topk_select_token_loss_from_log_probs(batch, moved, torch.sum, weights, config)
+    old, mask = torch.log(torch.tensor([[0.5]])), torch.ones(1, 1)
+    verdict, teacher = torch.tensor([[-1.0]]), torch.tensor([[0.5]])
+    apart = Objective(AdvantageWeights(1.0, 1.0, 1.0), Distill.TOPK_SELECT_TOKEN, PolicyLossConfig())
+    summed = Objective(AdvantageWeights(1.0, 1.0, 1.0), Distill.TOKEN, PolicyLossConfig())
+    moved = old + math.log(1.5)  # ratio 1.5: -min(1.5 * -1, 1.28 * -1) = 1.5 and -min(1.5 * 0.5, 1.28 * 0.5) = -0.64
+    loss, metrics = apart.policy_loss(policy_loss, moved, old, [verdict, teacher], mask)
     assert loss.item() == pytest.approx(1.5 - 0.64, abs=1e-5)
-    assert (metrics["rl_loss"].item(), metrics["opd_loss"].item()) == pytest.approx((1.5, -0.64), abs=1e-5)
-    summed, _ = combine_loss_from_log_probs(batch, moved, torch.sum, weights, config)  # one clip on A = -0.5
-    assert summed.item() == pytest.approx(0.75, abs=1e-5)
-    same, _ = topk_select_token_loss_from_log_probs(batch, [old], torch.sum, weights, config)  # ratio 1: equal
-    assert same.item() == pytest.approx(combine_loss_from_log_probs(batch, [old], torch.sum, weights, config)[0].item())
+    assert (metrics["verdict_loss"].item(), metrics["teacher_loss"].item()) == pytest.approx((1.5, -0.64), abs=1e-5)
+    assert summed.policy_loss(policy_loss, moved, old, [verdict + teacher], mask)[0].item() == pytest.approx(0.75)
+    same = apart.policy_loss(policy_loss, old, old, [verdict, teacher], mask)[0]  # ratio 1: equal
+    assert same.item() == pytest.approx(summed.policy_loss(policy_loss, old, old, [verdict + teacher], mask)[0].item())
 
 
 def test_slime_token_level_hook_runs_through_slimes_log_probs_with_gradient(monkeypatch):
@@ -180,18 +182,18 @@ def test_slime_token_level_hook_runs_through_slimes_log_probs_with_gradient(monk
     import types
     from types import SimpleNamespace
 
-    from slime_ext.hooks.loss import topk_select_token_loss
+    from slime_ext.hooks.loss import openclaw_loss
     from tests.test_slime_hooks import slime_get_log_probs_and_entropy
 
     for n in ["slime", "slime.backends", "slime.backends.megatron_utils", "slime.backends.megatron_utils.loss"]:
         monkeypatch.setitem(sys.modules, n, types.ModuleType(n))
     sys.modules["slime.backends.megatron_utils.loss"].get_log_probs_and_entropy = slime_get_log_probs_and_entropy
-    assert list(inspect.signature(topk_select_token_loss).parameters) == ["args", "batch", "logits", "sum_of_sample_mean"]
+    assert list(inspect.signature(openclaw_loss).parameters) == ["args", "batch", "logits", "sum_of_sample_mean"]
     logits = torch.randn(1, 5, 11, requires_grad=True)
     batch = {"unconcat_tokens": [torch.tensor([1, 2, 3, 4, 5])], "total_lengths": [5], "response_lengths": [2],
              "loss_masks": [torch.ones(2)], "rollout_log_probs": [torch.full((2,), -2.0)],
              "teacher_log_probs": [torch.full((2,), -1.0)], "advantages": [torch.full((2,), -1.0)]}
-    args = SimpleNamespace(openclaw_rl={"method": "combine", "opd_clip": 1.0}, eps_clip=0.2, eps_clip_high=0.28)
-    loss, metrics = topk_select_token_loss(args, batch, logits, torch.sum)
+    args = SimpleNamespace(openclaw_rl={"method": "combine", "opd_clip": 1.0, "distill": "topk_select_token"})
+    loss, metrics = openclaw_loss(args, batch, logits, torch.sum)
     loss.backward()
-    assert {"rl_loss", "opd_loss", "opd_clip_fraction"} <= set(metrics) and logits.grad.abs().sum() > 0
+    assert {"verdict_loss", "teacher_loss", "teacher_clip_fraction"} <= set(metrics) and logits.grad.abs().sum() > 0

@@ -7,14 +7,14 @@ import pytest
 
 from slime_ext.judge.hints import candidate_hints
 from slime_ext.judge.prompts import HINT_END, HINT_START
+from slime_ext.learning.settings import TeacherCheckConfig
 from slime_ext.store import Store
 from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, wrap_lora
-from slime_ext.trainers.teachability import TeachabilityConfig
 from tests.test_trainer_loop import record_hinted, tiny_model_and_renderer
 
 # the trainer's mechanics, whatever the teacher check says (tiny's random teacher follows no hint; the
 # default, unfollowed hints dropped, would leave nothing to train): trained anyway
-TRAIN_ANYWAY = TeachabilityConfig(unfollowed="train")
+TRAIN_ANYWAY = TeacherCheckConfig(unfollowed="train")
 
 N_TURNS = 2
 LONG = "Always answer in French, please."
@@ -118,5 +118,5 @@ def test_the_live_rollout_on_slime_refuses_topk_select_by_name():
     args = SimpleNamespace(openclaw_rl={"method": "combine", "teacher": "policy", "port": 1, "distill": "topk_select",
                                         "hint_m": 3}, n_samples_per_prompt=1, sglang_router_ip="127.0.0.1",
                            sglang_router_port=1)
-    with pytest.raises(ValueError, match="distill: topk_select needs the embedded backend"):
+    with pytest.raises(ValueError, match="distill: topk_select needs the teacher's top-k"):
         live_source(args)

@@ -3,7 +3,6 @@
 import pytest
 import torch
 
-from slime_ext.algorithms import PolicyLossConfig
 from slime_ext.logprobs import teacher_forced_logprobs
 from slime_ext.models import resolve_model
 from slime_ext.trainers.step import (
@@ -86,10 +85,10 @@ def test_positive_verdicts_rise_and_negative_ones_fall(model_dir, lora):
         model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj", "up_proj", "down_proj"]))
     before = (total_logprob(model, good), total_logprob(model, bad))
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-3 if lora else 1e-3)
-    metrics = train_step(model, opt, [good, bad], PolicyLossConfig())
+    metrics = train_step(model, opt, [good, bad])
     assert metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-4)  # first step: on-policy
     for _ in range(3):
-        metrics = train_step(model, opt, [good, bad], PolicyLossConfig())
+        metrics = train_step(model, opt, [good, bad])
     after = (total_logprob(model, good), total_logprob(model, bad))
     assert after[0] > before[0] and after[1] < before[1]
     assert metrics["ratio_mean"] != pytest.approx(1.0, abs=1e-6)  # later steps are off-policy, corrected

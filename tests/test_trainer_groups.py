@@ -4,15 +4,17 @@ rewards, constant groups, and the distillation term at every position of every m
 import pytest
 import torch
 
+from slime_ext.learning.example import Example
+from slime_ext.learning.select import select
+from slime_ext.learning.settings import TeacherCheckConfig
 from slime_ext.logprobs import teacher_forced_logprobs
 from slime_ext.store import Store
-from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, select_turns, turn_to_sample, wrap_lora
-from slime_ext.trainers.teachability import TeachabilityConfig
+from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, wrap_lora
 from tests.test_trainer_loop import record_hinted, tiny_model_and_renderer
 
 # the trainer's mechanics, whatever the teacher check says (tiny's random teacher follows no hint; the
 # default, unfollowed hints dropped, would leave nothing to train): trained anyway
-TRAIN_ANYWAY = TeachabilityConfig(unfollowed="train")
+TRAIN_ANYWAY = TeacherCheckConfig(unfollowed="train")
 
 N_TURNS = 4
 
@@ -37,18 +39,24 @@ def trainer_for(hinted, **overrides):
     return OnlineTrainer(wrap_lora(base, cfg), store, run, cfg, renderer=renderer)
 
 
+def prepared(trainer):
+    """The pipeline's output for the waiting turns, as the trainer's step gets it."""
+    candidates, _ = select([Example.from_row(r) for r in trainer.store.trainable_turns(16)], trainer.config.method, 0)
+    return trainer.pipeline.prepare(candidates, N_TURNS, N_TURNS, 0)
+
+
 def test_each_hinted_turn_gets_n_members_with_on_policy_logprobs_and_teacher_topk(hinted):
     trainer = trainer_for(hinted)
-    rows = select_turns(trainer.store, trainer.store.trainable_turns(16), "combine", 0, N_TURNS, check=trainer._teach)
-    samples, groups = trainer.grouped([turn_to_sample(r) for r in rows], rows)
+    p = prepared(trainer)
+    samples, groups, rows = p.samples, p.metrics["group_records"], p.taken
     assert len(samples) == 3 * N_TURNS and len(groups) == N_TURNS
     for g in range(N_TURNS):
         recorded, *fresh = samples[3 * g: 3 * g + 3]
-        assert not recorded.metadata.get("fresh") and recorded.rollout_log_probs == rows[g]["response_logprobs"]
+        assert not recorded.metadata.get("fresh") and recorded.rollout_log_probs == rows[g].rollout_logprobs
         assert recorded.reward == -1.0 and groups[g]["rewards"][0] == -1.0
         for s in fresh:
             prompt_len = len(s.tokens) - s.response_length
-            assert s.tokens[:prompt_len] == rows[g]["prompt_token_ids"] and 1 <= s.response_length <= 6
+            assert s.tokens[:prompt_len] == rows[g].prompt_ids and 1 <= s.response_length <= 6
             assert s.loss_mask == [1] * s.response_length and s.metadata["policy_version"] == 0
             expected = teacher_forced_logprobs(trainer.model, s.tokens, prompt_len)
             assert torch.allclose(torch.tensor(s.rollout_log_probs), expected, atol=1e-5)
@@ -70,7 +78,7 @@ def test_a_grouped_step_trains_every_member_with_ratio_one_and_records_the_group
 
 
 def test_constant_groups_are_dropped_from_the_rl_term_and_recorded(hinted, monkeypatch):
-    import slime_ext.trainers.groups as groups
+    import slime_ext.learning.groups as groups
 
     monkeypatch.setattr(groups, "implicit_reward", lambda *a, **k: -1.0)  # every member scores like the verdict
     trainer = trainer_for(hinted, distill="token")
@@ -81,9 +89,10 @@ def test_constant_groups_are_dropped_from_the_rl_term_and_recorded(hinted, monke
 
 def test_group_size_one_keeps_todays_samples(hinted):
     trainer = trainer_for(hinted, group_size=1)
-    rows = select_turns(trainer.store, trainer.store.trainable_turns(16), "combine", 0, N_TURNS, check=trainer._teach)
-    samples, groups = trainer.grouped([turn_to_sample(r) for r in rows], rows)
-    assert len(samples) == N_TURNS and groups == [] and all("group_advantage" not in s.metadata for s in samples)
+    p = prepared(trainer)
+    samples = p.samples
+    assert len(samples) == N_TURNS and "group_records" not in p.metrics
+    assert all("group_advantage" not in s.metadata for s in samples)
 
 
 @pytest.mark.parametrize("overrides, match", [({"distill": "kl"}, "distill 'kl'"), ({"jsd_beta": 2.0}, "jsd_beta"),
@@ -96,8 +105,8 @@ def test_bad_group_and_distill_settings_are_refused_by_name(overrides, match):
 
 
 def test_cached_sampling_is_the_models_own_distribution_and_stops_at_a_stop_token(hinted):
+    from slime_ext.learning.scorers import sample_responses
     from slime_ext.logprobs import teacher_forced_logits
-    from slime_ext.trainers.groups import sample_responses
 
     base, _, _, _ = hinted
     prompt = [11, 12, 13, 14]
@@ -113,16 +122,18 @@ def test_cached_sampling_is_the_models_own_distribution_and_stops_at_a_stop_toke
 
 
 def test_collate_takes_a_members_group_advantage_in_place_of_its_reward():
-    from slime_ext.algorithms import AdvantageWeights
+    from slime_ext.algorithms import AdvantageWeights, PolicyLossConfig
+    from slime_ext.learning.objective import Objective
     from slime_ext.trainers.step import collate
-    from slime_ext.types import Sample
+    from slime_ext.types import Distill, Sample
 
     def sample(**metadata):
         return Sample(tokens=[1, 2, 3, 4], response_length=2, loss_mask=[1, 1], rollout_log_probs=[-1.0, -2.0],
                       teacher_log_probs=[-0.5, -2.5], reward=-1.0, metadata=metadata)
 
     w = AdvantageWeights.for_method("combine", 1.0, 1.0, 5.0)
-    batch = collate([sample(group_advantage=0.75), sample()], baseline=0.25, weights=w)
+    batch = collate([sample(group_advantage=0.75), sample()], baseline=0.25,
+                    objective=Objective(w, Distill.TOKEN, PolicyLossConfig()))
     assert batch.advantages[0].tolist() == pytest.approx([0.75 + 0.5, 0.75 - 0.5])  # no baseline on a group member
     assert batch.advantages[1].tolist() == pytest.approx([-1.25 + 0.5, -1.25 - 0.5])
 
@@ -135,13 +146,14 @@ def test_serve_flags_map_onto_the_trainer_and_bad_ones_are_named():
                                       "--group-estimator", "drgrpo", "--implicit-reward-scale", "2", "--sft-coef",
                                       "0.5", "--sft-samples", "2"])
     t = serve_config(args).trainer_config()
-    assert (t.distill, t.jsd_beta, t.divergence, t.group_size, t.group_temperature, t.group_max_new_tokens,
-            t.group_estimator, t.implicit_reward_scale) == ("jsd", 0.3, "jsd", 4, 0.5, 32, "drgrpo", 2.0)
+    g = t.groups
+    assert (t.distill, t.jsd_beta, t.distill.divergence, g.size, g.temperature, g.max_new_tokens, g.estimator,
+            g.reward_scale) == ("jsd", 0.3, "jsd", 4, 0.5, 32, "drgrpo", 2.0)
     assert (t.sft_coef, t.sft_samples) == (0.5, 2)
     from slime_ext.config import ServeConfig
 
     d = ServeConfig().trainer_config()
-    assert (d.group_size, d.distill) == (1, "token")  # opt-in: today's behaviour by default
+    assert (d.groups.size, d.distill) == (1, "token")  # opt-in: today's behaviour by default
     for bad, named in [({"method": "binary", "group_size": 4}, "group_size > 1 and sft_coef need"), ({"jsd_beta": -1}, "jsd_beta"),
                        ({"distill": "kl"}, "distill 'kl'"), ({"implicit_reward_scale": 0}, "implicit_reward_scale"),
                        ({"sft_coef": -1}, "sft_coef"), ({"method": "binary", "sft_coef": 1}, "sft_coef need")]:
@@ -152,19 +164,19 @@ def test_serve_flags_map_onto_the_trainer_and_bad_ones_are_named():
 def test_context_distillation_trains_the_hinted_teachers_own_answer_after_the_students_prompt(hinted):
     """sft_coef > 0: per hinted turn, the base model's answer to the *hinted* prompt (greedy here),
     EOS kept, is put after the student's prompt and trained as SFT: its likelihood rises."""
-    from slime_ext.trainers.groups import sample_responses
+    from slime_ext.learning.scorers import sample_responses
 
     trainer = trainer_for(hinted, group_size=1, distill="token", sft_coef=1.0, sft_samples=1, group_temperature=0.0,
                           w_rl=0.0, w_opd=0.0, lr=1e-2)
-    rows = select_turns(trainer.store, trainer.store.trainable_turns(16), "combine", 0, N_TURNS, check=trainer._teach)
-    samples, groups = trainer.grouped([turn_to_sample(r) for r in rows], rows)
+    p = prepared(trainer)
+    samples = p.samples
     demos = [s for s in samples if s.metadata.get("sft")]
-    assert len(samples) == 2 * N_TURNS and len(demos) == N_TURNS and groups == []
-    row, demo = rows[0], demos[0]
-    expected = sample_responses(trainer.model, row["teacher_prompt_ids"], 1, temperature=0.0, max_new_tokens=6,
+    assert len(samples) == 2 * N_TURNS and len(demos) == N_TURNS and "group_records" not in p.metrics
+    ex, demo = p.taken[0], demos[0]
+    expected = sample_responses(trainer.model, ex.teaching.prompt_ids, 1, temperature=0.0, max_new_tokens=6,
                                 stop_ids=[2])[0]  # LoRA starts at zero: the current model is the base teacher
     prompt_len = len(demo.tokens) - demo.response_length
-    assert demo.tokens[:prompt_len] == row["prompt_token_ids"] and demo.tokens[prompt_len:] == expected
+    assert demo.tokens[:prompt_len] == ex.prompt_ids and demo.tokens[prompt_len:] == expected
     before = teacher_forced_logprobs(trainer.model, demo.tokens, prompt_len)
     assert torch.allclose(torch.tensor(demo.rollout_log_probs), before, atol=1e-5)  # ratio 1
     m = trainer.step()  # w_rl = w_opd = 0: only the SFT term moves the model

@@ -6,16 +6,16 @@ import pytest
 import torch
 
 from slime_ext.engines.local import LocalEngine
+from slime_ext.learning.settings import TeacherCheckConfig
 from slime_ext.logprobs import teacher_forced_logprobs
 from slime_ext.models import resolve_model
 from slime_ext.store import Store, export_records
 from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig
-from slime_ext.trainers.teachability import TeachabilityConfig
 from slime_ext.types import Turn
 
 # the trainer's mechanics, whatever the teacher check says (tiny's random teacher follows no hint; the
 # default, unfollowed hints dropped, would leave nothing to train): trained anyway
-TRAIN_ANYWAY = TeachabilityConfig(unfollowed="train")
+TRAIN_ANYWAY = TeacherCheckConfig(unfollowed="train")
 
 
 def tiny_model_and_renderer():
@@ -124,13 +124,12 @@ def test_kl_to_the_initial_policy_uses_the_adapter_disabled_model_and_holds_it_b
     """kl_coef > 0: the reference is the base model (LoRA off); the penalty keeps the policy closer."""
     from transformers import AutoModelForCausalLM
 
-    from slime_ext.algorithms import PolicyLossConfig
     from slime_ext.trainers.loop import wrap_lora
 
     drift = {}
     for kl_coef in (0.0, 5.0):
         model_dir, base, store, good, bad = setup(tmp_path / f"kl{kl_coef}")
-        cfg = TrainerConfig(method="binary", batch_size=4, lr=2e-2, lora_rank=8, lora_alpha=16, loss=PolicyLossConfig(kl_coef=kl_coef))
+        cfg = TrainerConfig(method="binary", batch_size=4, lr=2e-2, lora_rank=8, lora_alpha=16, kl_coef=kl_coef)
         trainer = OnlineTrainer(wrap_lora(base, cfg), store, tmp_path / f"kl{kl_coef}" / "run", cfg)
         m = trainer.step()
         if kl_coef:

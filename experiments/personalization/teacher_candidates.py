@@ -5,7 +5,7 @@
 For each candidate preference (below: the user's correction and a test of an answer), the base
 model's greedy answers to 20 general questions (the 12 held-out ones and 8 training ones) are
 checked without the hint and with it, the hint exactly as the heuristic judge extracts it from the
-correction and placed exactly where the trainer's teacher gets it (``slime_ext.teacher``). Prints,
+correction and placed exactly where the trainer's teacher gets it (``slime_ext.learning.teacher``). Prints,
 per candidate, the fraction of answers that keep the preference, and the fraction that keep it
 **and** still answer the question (hold the answer's key: the experiment's all-or-nothing rule).
 The README's "What the teacher can teach" tables come from this. One thread; about 50 s per
@@ -22,7 +22,7 @@ import torch
 from slime_ext.judge.heuristic import heuristic_hint
 from slime_ext.models import resolve_model
 from slime_ext.simulate.questions import preference_tasks
-from slime_ext.teacher import teacher_messages
+from slime_ext.learning.teacher import teacher_messages
 from slime_ext.trainers.canary_data import holds_key
 
 

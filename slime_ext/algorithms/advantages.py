@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import torch
 
-from slime_ext.types import VERDICT_CREDIT, Method
+from slime_ext.types import Method, VerdictCredit
 
 
 @dataclass(frozen=True)
@@ -45,19 +45,18 @@ class AdvantageWeights:
     w_rl: float = 1.0
     w_opd: float = 1.0
     opd_clip: float = 5.0  # bound on |teacher - rollout| per token, in nats
-    verdict_credit: str = "uniform"  # where a negative reward term lands: every token, or where the teacher disagrees
+    verdict_credit: VerdictCredit = VerdictCredit.UNIFORM  # where a negative reward term lands: every token,
+    # or where the teacher disagrees
 
     @classmethod
     def for_method(cls, method: str, w_rl: float = 1.0, w_opd: float = 1.0, opd_clip: float = 5.0,
-                   verdict_credit: str = "uniform") -> AdvantageWeights:
+                   verdict_credit: str = VerdictCredit.UNIFORM) -> AdvantageWeights:
         """The weights ``binary``, ``opd`` and ``combine`` mean."""
         m = Method.parse(method)
         if m is Method.NONE:
             raise ValueError("method 'none' trains nothing: expected binary, opd or combine")
-        if verdict_credit not in VERDICT_CREDIT:
-            raise ValueError(f"verdict_credit {verdict_credit!r}: expected one of {', '.join(VERDICT_CREDIT)}")
         return cls(w_rl=w_rl if m.uses_verdicts else 0.0, w_opd=w_opd if m.uses_hints else 0.0, opd_clip=opd_clip,
-                   verdict_credit=verdict_credit)
+                   verdict_credit=VerdictCredit.parse(verdict_credit, "verdict_credit"))
 
 
 def combined_advantages(reward: float, rollout_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor | None,
@@ -75,14 +74,15 @@ def mix_advantages(rl: torch.Tensor | float, rollout_logprobs: torch.Tensor, tea
     trainer) or a per-token tensor (Slime's advantages); no teacher, no OPD term."""
     adv = torch.zeros_like(rollout_logprobs, dtype=torch.float32)
     gap = None
-    if teacher_logprobs is not None and (weights.w_opd or weights.verdict_credit == "teacher"):
+    by_teacher = weights.verdict_credit is VerdictCredit.TEACHER
+    if teacher_logprobs is not None and (weights.w_opd or by_teacher):
         if teacher_logprobs.shape != rollout_logprobs.shape:
             raise ValueError(f"teacher log-probs {tuple(teacher_logprobs.shape)} do not match the response "
                              f"{tuple(rollout_logprobs.shape)}")
         gap = (teacher_logprobs.float() - rollout_logprobs.float()).clamp(-weights.opd_clip, weights.opd_clip)
     if weights.w_rl:
         r = adv + (rl.float() if isinstance(rl, torch.Tensor) else float(rl))
-        if weights.verdict_credit == "teacher" and gap is not None:
+        if by_teacher and gap is not None:
             r = torch.where(r < 0, r * (-gap).clamp(0.0, 1.0), r)
         adv = adv + weights.w_rl * r
     if weights.w_opd and gap is not None:

@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Sequence
 
-from slime_ext.types import ESTIMATORS
-
-Estimator = Literal["grpo", "drgrpo"]
+from slime_ext.types import Estimator
 
 
 @dataclass(frozen=True)
@@ -41,11 +39,10 @@ class GroupAdvantages:
     dropped: str | None = None
 
 
-def group_advantages(rewards: Sequence[float], estimator: Estimator = "grpo", *, eps: float = 1e-6,
+def group_advantages(rewards: Sequence[float], estimator: str = Estimator.GRPO, *, eps: float = 1e-6,
                      constant_tol: float = 1e-6) -> GroupAdvantages:
     """Group-relative advantages of ``rewards`` (one per member; see the module docstring)."""
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"group estimator {estimator!r}: expected one of {', '.join(ESTIMATORS)}")
+    estimator = Estimator.parse(estimator, "group estimator")
     n = len(rewards)
     if n < 2:
         raise ValueError(f"a group needs at least 2 members to normalize against; got {n}")
@@ -56,7 +53,7 @@ def group_advantages(rewards: Sequence[float], estimator: Estimator = "grpo", *,
         return GroupAdvantages([0.0] * n, f"constant rewards ({r[0]:+.3g} x {n}): no group signal")
     mean = sum(r) / n
     centered = [x - mean for x in r]
-    if estimator == "drgrpo":
+    if estimator is Estimator.DRGRPO:
         return GroupAdvantages(centered)
     std = math.sqrt(sum(c * c for c in centered) / (n - 1))
     return GroupAdvantages([c / (std + eps) for c in centered])

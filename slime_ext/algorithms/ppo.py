@@ -12,14 +12,16 @@ tokens. Terms, per token:
                                     stale, weighs more than max(1 + eps_high, ratio_cap) x |A|, so
                                     old samples are corrected, never dropped (see staleness.py)
   tis    = min(exp(old - behaviour), tis_cap)   only with a proximal policy (decoupled PPO):
-                                    truncated importance weight for the behaviour/proximal gap
+                                    truncated importance weight for the behaviour/proximal gap, the
+                                    engine's numerics (or a stale sample) against the trainer's own
+                                    log-probs before the step; both drivers pass one when ``tis_cap`` is set
   kl     = exp(ref - logp) - (ref - logp) - 1   k3 estimator of KL(current || reference) >= 0
-  loss   = tis * pg + kl_coef * kl - entropy_coef * entropy
+  loss   = tis * pg + kl_coef * kl
 
 Reduction: the mean over each sample's masked tokens, then the mean over samples (Slime's
 ``sum_of_sample_mean`` divided by the batch size), so a long response does not outweigh a short one.
-``reduce`` replaces it: the Slime loss hook passes Slime's own ``sum_of_sample_mean`` over the
-concatenated per-token tensors. Every term is elementwise, so any shape works with its reduction.
+Both drivers call it the same way, on padded ``[B, T]`` tensors (``learning/objective.py``); ``reduce``
+replaces the reduction (every term is elementwise, so any shape works with its reduction).
 With ratio 1 the gradient is exactly the plain policy gradient ``-A * grad logp`` (so reduced).
 """
 
@@ -38,7 +40,6 @@ class PolicyLossConfig:
     tis_cap: float | None = None  # truncate behaviour/proximal importance weights at this value
     ratio_cap: float | None = 3.0  # dual clip: bound on the ratio of tokens with a negative advantage (None: off)
     kl_coef: float = 0.0
-    entropy_coef: float = 0.0
 
 
 def masked_sample_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -61,7 +62,6 @@ def policy_loss(
     *,
     proximal_logprobs: torch.Tensor | None = None,
     ref_logprobs: torch.Tensor | None = None,
-    entropy: torch.Tensor | None = None,
     reduce: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = masked_sample_mean,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Return ``(scalar loss, metrics)``; metrics are detached 0-d tensors. ``reduce(values, mask)``
@@ -89,9 +89,6 @@ def policy_loss(
         kl = torch.exp(d) - d - 1
         per_token = per_token + config.kl_coef * kl
         metrics["kl_to_ref"] = reduce(kl, mask).detach()
-    if entropy is not None and config.entropy_coef:
-        per_token = per_token - config.entropy_coef * entropy
-        metrics["entropy"] = reduce(entropy, mask).detach()
     loss = reduce(per_token, mask)
 
     with torch.no_grad():

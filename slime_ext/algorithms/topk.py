@@ -55,6 +55,7 @@ from typing import Callable, Literal, NamedTuple
 import torch
 
 from slime_ext.algorithms.ppo import masked_sample_mean
+from slime_ext.types import TopkSupport
 
 
 class TopK(NamedTuple):
@@ -199,7 +200,8 @@ def _support(
     if full and tuple(teacher.shape) != tuple(student_logits.shape):
         raise ValueError(f"full teacher log-probs must have the student logits' shape {tuple(student_logits.shape)}; "
                          f"got {tuple(teacher.shape)}")
-    if support == "teacher":
+    support = TopkSupport.parse(support, "support")
+    if support is TopkSupport.TEACHER:
         if isinstance(teacher, TopK):
             ids, logprobs = teacher
             if tuple(ids.shape) != tuple(logprobs.shape) or tuple(ids.shape[:2]) != lead:
@@ -221,7 +223,7 @@ def _support(
                 logprobs, ids = teacher.topk(check_k(_required(k)), dim=-1)
             return ids, logprobs
         raise ValueError("support='teacher' needs the teacher's top-k (TopK) or its full log-probs [B, T, V]")
-    if support == "student":
+    if support is TopkSupport.STUDENT:
         if isinstance(teacher, TopK):
             raise ValueError("support='student' needs the teacher's log-probs at the student's top-k ids: pass the "
                              "full teacher log-probs [B, T, V] or a callable ids -> log-probs, not a TopK")

@@ -33,17 +33,14 @@ GRPO loss. Nothing here reads settings.
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import torch
 
 from slime_ext.algorithms.ppo import masked_sample_mean
 from slime_ext.algorithms.topk import gather_log_softmax
-from slime_ext.types import SELECT_RULES
+from slime_ext.types import SelectRule, TopkSupport
 
-SelectRule = Literal["shortest", "token_optimal", "sequence_optimal"]
-Support = Literal["student", "teacher", "overlap"]
-SUPPORTS: tuple[str, ...] = ("student", "teacher", "overlap")
 LOG_RATIO_CLAMP = 20.0  # guard on log(rho) before exp, as upstream: a rare tail id cannot overflow
 
 
@@ -57,17 +54,16 @@ def overlap_counts(student_ids: torch.Tensor, teacher_ids: torch.Tensor) -> torc
     return same.any(-1).sum(-1).long()
 
 
-def select_candidates(overlap: torch.Tensor, rule: SelectRule, mask: torch.Tensor | None = None) -> torch.Tensor:
+def select_candidates(overlap: torch.Tensor, rule: str, mask: torch.Tensor | None = None) -> torch.Tensor:
     """``k*(t)`` ``[T]`` (int64) from ``overlap [H, T]`` by ``rule`` (see the module docstring);
     ``mask [T]``: the trained positions, the only ones ``sequence_optimal`` sums over."""
-    if rule not in SELECT_RULES:
-        raise ValueError(f"selection rule {rule!r}: expected one of {', '.join(SELECT_RULES)}")
+    rule = SelectRule.parse(rule, "selection rule")
     if overlap.dim() != 2:
         raise ValueError(f"expected overlap [H, T]; got {tuple(overlap.shape)}")
     H, T = overlap.shape
-    if rule == "shortest" or H == 1:
+    if rule is SelectRule.SHORTEST or H == 1:
         return torch.zeros(T, dtype=torch.long)
-    if rule == "token_optimal":
+    if rule is SelectRule.TOKEN_OPTIMAL:
         return _first_argmax(overlap, dim=0)
     m = torch.ones(T, dtype=torch.bool) if mask is None else mask.bool()
     score = (overlap * m[None]).sum(-1)  # [H]
@@ -87,16 +83,15 @@ def gather_candidate(per_candidate: torch.Tensor, choice: torch.Tensor) -> torch
     return per_candidate.gather(0, index)[0]
 
 
-def support_ids(student_ids: torch.Tensor, teacher_ids: torch.Tensor, support: Support) -> tuple[torch.Tensor, torch.Tensor]:
+def support_ids(student_ids: torch.Tensor, teacher_ids: torch.Tensor, support: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The support ``S_t`` as ids ``[..., K]`` and a bool mask ``[..., K]`` (False: not in ``S_t``),
     from the student's and the chosen teacher's top-K ids (same shape ``[..., K]``)."""
-    if support == "student":
+    support = TopkSupport.parse(support, "support")
+    if support is TopkSupport.STUDENT:
         return student_ids, torch.ones_like(student_ids, dtype=torch.bool)
-    if support == "teacher":
+    if support is TopkSupport.TEACHER:
         return teacher_ids, torch.ones_like(teacher_ids, dtype=torch.bool)
-    if support == "overlap":
-        return student_ids, (student_ids[..., :, None] == teacher_ids[..., None, :]).any(-1)
-    raise ValueError(f"support {support!r}: expected one of {', '.join(SUPPORTS)}")
+    return student_ids, (student_ids[..., :, None] == teacher_ids[..., None, :]).any(-1)  # overlap
 
 
 def select_advantages(old_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor, in_support: torch.Tensor,
@@ -149,8 +144,8 @@ class Selection(NamedTuple):
     overlap: torch.Tensor
 
 
-def select_support(student_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor, k: int, rule: SelectRule,
-                   support: Support, clip: float | None = 1.0, mask: torch.Tensor | None = None) -> Selection:
+def select_support(student_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor, k: int, rule: str,
+                   support: str, clip: float | None = 1.0, mask: torch.Tensor | None = None) -> Selection:
     """The whole per-response choice from full log-probs: pi_old ``[T, V]`` and each candidate
     teacher's ``[H, T, V]`` (at the same positions): top-K of each, the overlap, ``k*`` by ``rule``,
     the support, and the advantages with the log-prob-difference ``clip``."""

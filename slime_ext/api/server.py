@@ -79,7 +79,7 @@ class ChatServer:
     """Holds the engine, tokenizer, store and session tracker, and serves the HTTP API."""
 
     def __init__(self, engine, tokenizer, store, tracker: SessionTracker, settings: ServerSettings,
-                 judge_worker=None, checkpoints=None) -> None:
+                 judge_worker=None, checkpoints=None, trainer=None) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.renderer = PromptRenderer(tokenizer)
@@ -88,6 +88,7 @@ class ChatServer:
         self.settings = settings
         self.judge_worker = judge_worker
         self.checkpoints = checkpoints  # a CheckpointWatcher: swaps in what the trainer publishes
+        self.trainer = trainer  # a TrainerSupervisor: keeps the trainer process running (trainers/process.py)
         self.stop_ids = stop_token_ids(tokenizer)
         self.in_flight = 0
         self.guard = ConnectionGuard(settings.header_timeout_s, settings.keepalive_timeout_s, settings.max_connections)
@@ -111,6 +112,17 @@ class ChatServer:
                                "Trained versions the canary probed before serving")
             self.metrics.gauge("openclaw_canary_refusals", lambda: checkpoints.canary().get("refused", 0),
                                "Trained versions the canary refused to serve (the previous one kept serving)")
+        if trainer is not None:
+            self.metrics.gauge("openclaw_trainer_up", lambda: int(trainer.up), "1 while the trainer process runs")
+            self.metrics.gauge("openclaw_trainer_restarts", lambda: trainer.restarts,
+                               "Times the trainer process was started again after it stopped")
+            self.metrics.gauge("openclaw_trainer_failed_steps", lambda: trainer.status()["failed_steps"],
+                               "Training steps that raised (their turns counted, set aside at the second)")
+        if judge_worker is not None:
+            self.metrics.gauge("openclaw_judge_failures", lambda: judge_worker.failures,
+                               "Judgings of a turn that raised (retried; set aside at the third)")
+            self.metrics.gauge("openclaw_judge_set_aside", lambda: judge_worker.set_aside,
+                               "Turns the judge set aside after repeated failures")
 
     # ------------------------------------------------------------------ app
     def app(self) -> web.Application:
@@ -234,9 +246,16 @@ class ChatServer:
                 "requests_in_flight": self.in_flight,
                 "sessions_open": self.tracker.open_sessions,
                 **counts,
-                **({"training": self.checkpoints.status()} if self.checkpoints else {}),
+                **({"training": self.training_status()} if self.checkpoints or self.trainer else {}),
+                **({"judge": self.judge_worker.status()} if self.judge_worker else {}),
             }
         )
+
+    def training_status(self) -> dict[str, Any]:
+        """``/healthz``'s ``training``: the served version's step figures and the canary (the watcher), and the
+        trainer process (the supervisor: its state, restarts and last error)."""
+        out = self.checkpoints.status() if self.checkpoints else {}
+        return {**out, "trainer": self.trainer.status()} if self.trainer else out
 
     async def prometheus(self, request: web.Request) -> web.Response:
         text = self.metrics.render()

@@ -47,7 +47,7 @@ from slime_ext.engines.decode import lean_decoder
 from slime_ext.engines.packed import PackedLinears, head_logits, pack_weight, packing_available
 from slime_ext.engines.prefix_cache import PrefixCache
 from slime_ext.engines.sampling import sample_token
-from slime_ext.logprobs import output_logits, target_logprobs
+from slime_ext.logprobs import log_distributions, output_logits, target_logprobs
 
 log = logging.getLogger(__name__)
 
@@ -488,7 +488,7 @@ class LocalEngine:
         temps = torch.tensor([r.sampling.temperature if r.sampling.temperature > 0 else 1.0 for r in rows],
                              device=logits.device)
         # sampled on the CPU with each request's seeded generator, whatever the device (the same tokens)
-        logp = torch.log_softmax(logits / temps[:, None], dim=-1).cpu()
+        logp = log_distributions(logits / temps[:, None]).cpu()
         keep = []
         out: dict[asyncio.AbstractEventLoop, list[tuple[_Request, Any]]] = {}
         version = self._version

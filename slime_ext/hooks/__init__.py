@@ -5,8 +5,8 @@ Dotted paths for Slime's flags (each matches ``../shared/slime-contract.md``):
   --rollout-function-path             slime_ext.hooks.rollout.live_rollout
   --custom-reward-post-process-path   slime_ext.hooks.reward.post_process_rewards
   --custom-rm-path                    slime_ext.hooks.reward.known_reward (known_rewards with --group-rm)
-  --loss-type custom_loss --custom-loss-function-path slime_ext.hooks.loss.combine_loss
-                                      (topk_select's token-level reduction: ...loss.topk_select_token_loss)
+  --loss-type custom_loss --custom-loss-function-path slime_ext.hooks.loss.openclaw_loss
+                                      (every method and distillation kind: the settings say which)
   --custom-config-path FILE.yaml      our settings under one key, ``openclaw_rl:`` (see ``config.py``)
 
 Nothing here imports Slime, SGLang, Megatron or Ray at module level: each is imported inside the

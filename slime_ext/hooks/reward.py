@@ -1,11 +1,10 @@
 """Rollout-side reward hooks.
 
-``post_process_rewards(args, samples)``: Slime's default post-process normalizes rewards per
-prompt group (GRPO); ours returns the verdicts as they are (a personal agent's turns are not
-groups of one prompt), and for OPD / Combine fills ``sample.teacher_log_probs``: the teacher's
-log-probs scored when the turn was taken (``metadata["teacher_log_probs"]``), or, for a turn
-without an accepted hint, the rollout log-probs themselves, so teacher − rollout is 0 and the
-turn adds no distillation term.
+``post_process_rewards(args, samples)``: Slime's default post-process normalizes rewards per prompt
+group (GRPO); ours returns the rewards the live rollout set (``hooks/rollout.py``: the learning
+pipeline already computed every advantage, and a personal agent's turns are not groups of one
+prompt), with each sample's raw reward (its verdict, or a fresh sample's implicit reward:
+``metadata["raw_reward"]``) for Slime's logs.
 
 ``known_reward(args, sample, **kw)`` (``known_rewards(args, samples, **kw)`` with ``--group-rm``):
 for settings whose reward is known when the rollout ends (Track 2 environments put it in
@@ -16,19 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from slime_ext.hooks.config import plugin_config
-from slime_ext.types import Method
-
 
 def post_process_rewards(args, samples):
-    cfg = plugin_config(args)
-    raw = [float(s.reward) if s.reward is not None else 0.0 for s in samples]
-    if Method.parse(cfg.method).uses_hints:
-        for s in samples:
-            teacher = (s.metadata or {}).get("teacher_log_probs")
-            s.teacher_log_probs = list(teacher) if teacher is not None else (
-                list(s.rollout_log_probs) if s.rollout_log_probs is not None else None)
-    return raw, list(raw)
+    rewards = [float(s.reward) if s.reward is not None else 0.0 for s in samples]
+    raw = [float((s.metadata or {}).get("raw_reward", r)) for s, r in zip(samples, rewards)]
+    return raw, rewards
 
 
 def _reward_of(sample: Any) -> float:

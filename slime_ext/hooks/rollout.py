@@ -1,41 +1,33 @@
-"""Rollout-side hook: live conversations as Slime's rollout.
+"""Rollout-side hook: live conversations as Slime's rollout, through the one learning pipeline.
 
 ``live_rollout(args, rollout_id, data_source, evaluation=False)`` is Slime's rollout-function
 signature. With our settings on ``args`` (``openclaw_rl:`` in the ``--custom-config-path`` YAML)
-its first call starts a ``LiveSource`` in this process (Slime's RolloutManager): our API server
-on the configured host and port, backed by the SGLang engine client pointed at Slime's router,
-recording, judging and storing every turn exactly as ``openclaw-rl serve`` does. Each call then
-blocks until ``rollout_batch_size`` judged turns with a training signal for the method are
-ready (the embedded trainer's ``select_turns``: a turn is dropped for having no signal, never for
-its age; Slime's batch size is fixed, so an old turn is corrected by the loss's capped ratio), and
-returns them as groups of ``group_size`` samples (``--n-samples-per-prompt`` must equal it; 1 by
-default: the recorded turn alone). Each turn handed to Slime is marked ``trained_in_version =
-rollout_id + 1`` in the store (so it is never handed out twice, also after a restart); hinted
-turns carry the teacher's log-probs in ``metadata["teacher_log_probs"]`` (scored through the
-engine), which ``post_process_rewards`` moves onto the sample.
+its first call checks them (``hooks/config.py: slime_refusals``: a setting this driver cannot run as
+the embedded trainer does is refused, named, before anything starts) and starts a ``LiveSource`` in
+this process (Slime's RolloutManager): our API server on the configured host and port, backed by the
+SGLang engine client pointed at Slime's router, recording, judging and storing every turn exactly as
+``openclaw-rl serve`` does. Each call then blocks until ``rollout_batch_size`` judged turns are
+prepared by the same pipeline the embedded trainer runs (``learning/pipeline.py``: select, teach,
+teacher check, groups), with ``EngineScorer``s on SGLang (the synced policy) as policy and teacher,
+and returns them as groups of ``group_size`` samples (``--n-samples-per-prompt`` must equal it; an
+unhinted turn's group is padded with zero-loss-mask copies). Each turn handed to Slime is marked
+``trained_in_version = rollout_id + 1`` in the store, so it is never handed out twice, also after a
+restart.
 
-Groups (``group_size`` > 1; the embedded trainer's ``trainers/groups.py`` rule, through SGLang):
-a hinted turn's group is its recorded sample plus ``group_size - 1`` fresh samples of the prompt
-from the served policy (the weights Slime just synced) at ``group_temperature``, each scored by
-the engine at temperature 1 for its ``rollout_log_probs`` and under the hinted prompt for its
-teacher log-probs; rewards are the verdict and the implicit reward, and ``sample.reward`` holds
-the group-normalized advantage (the raw reward in ``metadata["raw_reward"]``; a constant group's
-reason in ``metadata["group_dropped"]``), which ``post_process_rewards`` passes through. An
-unhinted turn has no teacher to reward fresh samples: its group is the recorded sample (its
-verdict, as before) and ``group_size - 1`` copies with an all-zero loss mask, so every group has
-the size Slime expects.
+**What reaches the loss.** Slime hands its trainer a fixed set of per-sample lists and no other field;
+the only per-token float list besides the rollout log-probs is ``teacher_log_probs``. The pipeline's
+per-token advantage (``learning/objective.py``: the verdict term with its baseline or group advantage,
+the teacher term, verdict credit) is computed here, once, as the embedded step computes it, and
+travels as ``teacher_log_probs = rollout_log_probs + advantage``; ``hooks/loss.py`` reads ``advantage =
+teacher_log_probs - rollout_log_probs`` (Slime does nothing else with the field without ``--use-opd``,
+though its logged ``teacher_log_probs`` mean is then that sum). With ``distill: topk_select_token``
+the field carries the teacher term alone and ``sample.reward`` the verdict term, which Slime's
+estimator (grpo, unnormalized, as the launch scripts set it) spreads over the tokens as ``advantages``.
 
-Temperature: every sample carries the temperature its ``rollout_log_probs`` are under
-(``metadata["temperature"]``: the recorded turn's sampling temperature; 1 for fresh samples, which
-are scored through ``Engine.score``), but Slime's trainer scores all of
-them at one ``--rollout-temperature`` (it divides the logits by it, as the embedded trainer divides
-each sample's by its own). So the serving temperature must equal it: at start-up, requests that name
-no temperature must be sampled at ``--rollout-temperature`` (``sampling_defaults`` and the HF
-checkpoint's ``generation_config.json``; greedy counts as 1), and a turn whose request named another
-temperature is dropped with the reason. The teacher and fresh group samples are scored through
-SGLang's ``score`` at temperature 1 (stock SGLang's input log-probs are the raw logits), so OPD and
-Combine need ``--rollout-temperature 1``; the launch scripts set both from ``SAMPLING_DEFAULTS`` /
-``ROLLOUT_TEMPERATURE`` (``scripts/slime_common.sh``).
+Temperature: Slime's trainer scores every sample at one ``--rollout-temperature``, so requests that
+name no temperature must be sampled at it (``rollout_temperature_error``, checked at start-up), a turn
+whose request named another is dropped with the reason, fresh group samples must be drawn at it
+(``group_temperature``), and with hints it must be 1: SGLang scores the teacher at temperature 1.
 
 Without our settings (Slime's own contract tests call it with ``args=None``), it takes its groups
 from ``data_source`` like Slime's default rollout, so the same function also trains on a prompt
@@ -45,13 +37,21 @@ dataset whose samples already carry rewards.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
-from typing import Any
 
-from slime_ext.hooks.config import PLUGIN_KEY, plugin_config
-from slime_ext.types import Method, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
+import torch
+
+from slime_ext.algorithms import RunningBaseline
+from slime_ext.hooks.config import PLUGIN_KEY, plugin_config, plugin_mapping, slime_notes, slime_refusals
+from slime_ext.learning.example import Example
+from slime_ext.learning.objective import Objective
+from slime_ext.learning.pipeline import Pipeline, record
+from slime_ext.learning.scorers import EngineScorer
+from slime_ext.learning.select import select
+from slime_ext.types import Baseline, Method, RolloutFnEvalOutput, RolloutFnTrainOutput, Sample
 
 log = logging.getLogger(__name__)
 
@@ -70,47 +70,41 @@ def live_rollout(args, rollout_id, data_source, evaluation=False):
     n = int(getattr(args, "rollout_batch_size", 1) or 1)
     if source is None:
         return RolloutFnTrainOutput(samples=data_source.get_samples(n), metrics={})
-    samples = source.take(n, rollout_id)
-    metrics = source.metrics(samples)  # before groups() puts group advantages in the rewards
-    groups = source.groups(samples)
-    return RolloutFnTrainOutput(samples=groups, metrics={**metrics, **source.group_metrics(groups)})
+    groups = source.take(n, rollout_id)
+    return RolloutFnTrainOutput(samples=groups, metrics=source.metrics(groups))
 
 
 def live_source(args) -> LiveSource:
-    """The process's LiveSource for these settings, started on first use."""
+    """The process's LiveSource for these settings, started on first use; settings Slime cannot run as the
+    embedded trainer does are refused first (``hooks/config.py``)."""
     cfg = plugin_config(args)
     key = (cfg.host, cfg.port)
     if key not in _SOURCES:
         from transformers import AutoTokenizer
 
         from slime_ext.engines.sglang import SGLangEngine
-
-        if cfg.judge == "self":
-            raise ValueError("judge: self needs the embedded engine (SGLang holds only the synced weights, no frozen "
-                             "base); use judge: openai with a judge server (PRM_GPUS) or judge: heuristic")
-        if int(getattr(args, "n_samples_per_prompt", 1) or 1) != cfg.group_size:
-            raise ValueError(f"--n-samples-per-prompt must equal the plugin's group_size ({cfg.group_size}): each live "
-                             "turn is a group of its recorded sample and group_size - 1 fresh ones")
-        if Method.parse(cfg.method).uses_hints and cfg.teacher != "policy":
-            raise ValueError("teacher: on Slime the teacher is the current policy served by SGLang (it holds no "
-                             "frozen base); set teacher: policy (the launch scripts do)")
-        if cfg.distill != "token":
-            raise ValueError(f"distill: {cfg.distill} needs the embedded backend: Slime passes only per-token teacher "
-                             "log-probs to the trainer, not the teacher's top-k (see docs/slime.md); use distill: token")
-        if cfg.sft_coef:
-            raise ValueError("sft_coef (context distillation) needs the embedded backend for now; set sft_coef: 0")
         from slime_ext.serve import served_sampling_defaults
 
+        given = set(plugin_mapping(args))
         rollout_temperature = float(getattr(args, "rollout_temperature", 1.0))
+        refuse(slime_refusals(cfg, given, args))
         why = rollout_temperature_error(cfg, served_sampling_defaults(cfg, args.hf_checkpoint).temperature,
                                         rollout_temperature)
-        if why:
-            raise ValueError(why)
+        refuse([why] if why else [])
+        for note in slime_notes(cfg, given):
+            log.warning(note)
         url = f"http://{args.sglang_router_ip}:{args.sglang_router_port}"
         tokenizer = AutoTokenizer.from_pretrained(args.hf_checkpoint)
         _SOURCES[key] = LiveSource(cfg, lambda: SGLangEngine.connect(url), tokenizer,
                                    rollout_temperature=rollout_temperature).start()
     return _SOURCES[key]
+
+
+def refuse(reasons: list[str]) -> None:
+    """Raise ValueError listing every reason these settings cannot run on Slime (none: return)."""
+    if reasons:
+        raise ValueError("these settings cannot run on Slime as they do on the embedded backend:\n  "
+                         + "\n  ".join(reasons))
 
 
 def rollout_temperature_error(cfg, serving_temperature: float, rollout_temperature: float) -> str | None:
@@ -129,6 +123,16 @@ def rollout_temperature_error(cfg, serving_temperature: float, rollout_temperatu
                 "samples) are scored through SGLang at temperature 1, so their log-probs would not compare with the "
                 "rollout's; serve and train at 1 (sampling_defaults: openai, --rollout-temperature 1.0)")
     return None
+
+
+def carry_advantages(sample: Sample, objective: Objective, baseline: float = 0.0) -> None:
+    """Put the sample's advantage where Slime's loss finds it (module docstring): ``teacher_log_probs =
+    rollout_log_probs + advantage``; with the teacher term apart, the verdict term in ``reward`` (one number)."""
+    terms = objective.advantages(sample, baseline)
+    rollout = torch.tensor(sample.rollout_log_probs, dtype=torch.float32)
+    sample.teacher_log_probs = (rollout + terms[-1]).tolist()
+    if len(terms) == 2:  # the verdict term, one number per turn: Slime's own estimator spreads it
+        sample.reward = float(terms[0][0]) if sample.response_length else 0.0
 
 
 class LiveSource:
@@ -159,6 +163,18 @@ class LiveSource:
         self._next_index = 0
         self.port = cfg.port
         self.rollout_temperature = rollout_temperature
+        from slime_ext.chat.prompt import stop_token_ids
+
+        self.stop_ids = set(stop_token_ids(tokenizer))
+        self.objective = Objective.of(cfg)
+        self._pipeline: Pipeline | None = None  # made at the first take, over the engine
+        self.taken: list[Example] = []  # the turns of the last take
+        self.group_records: list[dict] = []  # and their groups' records
+        self.baseline_path = self.store.run_dir / "slime_baseline.json"
+        self.baseline = None
+        if cfg.baseline is Baseline.RUNNING:
+            saved = json.loads(self.baseline_path.read_text()) if self.baseline_path.exists() else {}
+            self.baseline = RunningBaseline(**saved)
 
     # ----------------------------------------------------------------- the server thread
     def start(self, timeout_s: float = 60.0) -> LiveSource:
@@ -215,152 +231,121 @@ class LiveSource:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
 
     # ----------------------------------------------------------------- samples
-    def take(self, n: int, rollout_id: int, timeout_s: float | None = None) -> list[Sample]:
-        """Block until ``n`` turns with a training signal are ready; return them as samples."""
-        from slime_ext.trainers.loop import select_turns
-
+    def take(self, n: int, rollout_id: int, timeout_s: float | None = None) -> list[list[Sample]]:
+        """Block until ``n`` judged turns are prepared by the pipeline; return their groups, as Slime samples."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while True:
-            method = Method.BINARY if self.cfg.method == Method.NONE else Method.parse(self.cfg.method)
-            usable = select_turns(self.store, self.store.trainable_turns(n * 4), method, self.engine.policy_version, n,
-                                  check=self._temperature_mismatch)
-            if len(usable) == n:
-                break
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"{len(usable)} of {n} samples ready after {timeout_s:g} s")
-            time.sleep(self.poll_s)
-        samples = [self._sample(row) for row in usable]
-        self.store.mark_trained([(r["session_id"], r["idx"]) for r in usable], rollout_id + 1)
-        return samples
+        ready: list[tuple[Example, list[Sample]]] = []
+        self.group_records = []
+        while len(ready) < n:
+            have = {ex.key for ex, _ in ready}
+            rows = [r for r in self.store.trainable_turns(4 * n) if (r["session_id"], r["idx"]) not in have]
+            version = self.engine.policy_version
+            candidates, dropped = select([Example.from_row(r) for r in rows], self.cfg.method, version,
+                                         refuse=self._temperature_mismatch)
+            prepared = self.pipeline().prepare(candidates, n - len(ready), 1, version)
+            record(self.store, dropped, prepared)
+            ready += zip(prepared.taken, prepared.groups)
+            self.group_records += prepared.metrics.get("group_records", [])
+            if len(ready) < n:
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"{len(ready)} of {n} samples ready after {timeout_s:g} s")
+                time.sleep(self.poll_s)
+        self.store.mark_trained([ex.key for ex, _ in ready], rollout_id + 1)
+        self.taken = [ex for ex, _ in ready]
+        baseline = self.baseline.value if self.baseline else 0.0  # from earlier rollouts only, as embedded
+        groups = [self._slime_group(ex, group, baseline) for ex, group in ready]
+        if self.baseline:
+            for ex, _ in ready:
+                self.baseline.update(ex.verdict)
+            self._save_baseline()
+        return groups
 
-    def _temperature_mismatch(self, row: dict[str, Any]) -> str | None:
+    def pipeline(self) -> Pipeline:
+        """The learning pipeline over the engine: SGLang's synced policy is both the policy and the teacher."""
+        if self._pipeline is None:
+            from slime_ext.chat.prompt import stop_token_ids
+
+            scorer = EngineScorer(self.engine, self.loop, stop_token_ids(self.tokenizer))
+            self._pipeline = Pipeline(self.cfg, self.renderer, self.store, policy=scorer, teacher=scorer,
+                                      context=int(getattr(self.engine, "context_length", 0) or 0))
+        return self._pipeline
+
+    def _temperature_mismatch(self, ex: Example) -> str | None:
         """Why a turn cannot train on Slime: sampled at a temperature other than ``--rollout-temperature``."""
         from slime_ext.logprobs import scoring_temperature
-        from slime_ext.trainers.loop import sampled_temperature
 
-        sampled = sampled_temperature(row)
-        if abs(scoring_temperature(sampled) - self.rollout_temperature) <= 1e-6:
+        if abs(scoring_temperature(ex.temperature) - self.rollout_temperature) <= 1e-6:
             return None
-        return (f"sampled at temperature {sampled:g}: Slime scores every sample at --rollout-temperature "
+        return (f"sampled at temperature {ex.temperature:g}: Slime scores every sample at --rollout-temperature "
                 f"{self.rollout_temperature:g}")
 
-    def _sample(self, row: dict[str, Any], score_teacher: bool = True) -> Sample:
-        from slime_ext.teacher import teacher_prompt_ids
-        from slime_ext.trainers.loop import turn_to_sample
+    def _slime_group(self, ex: Example, group: list[Sample], baseline: float) -> list[Sample]:
+        """A turn's group as Slime takes it: ``group_size`` samples (zero-loss-mask copies fill it), each
+        with Slime's fields and its advantage in ``teacher_log_probs`` (see the module docstring)."""
+        out = [self._slime_sample(ex, s, baseline) for s in group]
+        while len(out) < self.cfg.groups.size:
+            out.append(self._padding(out[0]))
+        return out
 
-        sample = turn_to_sample(row)
-        sample.index = self._next_index
-        self._next_index += 1
-        sample.status = Sample.Status.TRUNCATED if row.get("finish_reason") == "length" else Sample.Status.COMPLETED
-        sample.response = self.tokenizer.decode(row["response_token_ids"], skip_special_tokens=True)
-        sample.prompt = row.get("messages") or ""
-        sample.weight_versions = [str(row["policy_version"])]
-        if score_teacher and row.get("hint") and Method.parse(self.cfg.method).uses_hints:
-            prompt = teacher_prompt_ids(self.renderer, row["messages"], row["hint"], row.get("tools"), row.get("tool_choice"),
-                                        (row.get("sampling") or {}).get("chat_template_kwargs"))
-            ids = prompt + row["response_token_ids"]
-            teacher = self._on_loop(self.engine.score(ids, len(prompt)), timeout_s=600)
-            sample.metadata["teacher_log_probs"] = teacher
-            sample.metadata["teacher_prompt_ids"] = prompt
-            self.store.set_teacher_logprobs(row["session_id"], row["idx"], teacher)
-        return sample
-
-    def groups(self, samples: list[Sample]) -> list[list[Sample]]:
-        """Each sample's group of ``group_size`` (see the module docstring)."""
-        size = self.cfg.group_size
-        if size <= 1:
-            return [[s] for s in samples]
-        return [self._group(s, size) for s in samples]
-
-    def _group(self, recorded: Sample, size: int) -> list[Sample]:
-        from slime_ext.algorithms.groups import group_advantages, implicit_reward
-
-        t_prompt = recorded.metadata.get("teacher_prompt_ids")
-        members = [recorded]
-        if t_prompt is not None:
-            prompt = recorded.tokens[: len(recorded.tokens) - recorded.response_length]
-            for ids, student, teacher, stopped in self._on_loop(self._fresh(prompt, t_prompt, size - 1), timeout_s=600):
-                fresh = self._fresh_sample(recorded, prompt, ids, student, teacher, stopped)
-                fresh.reward = implicit_reward(teacher, student, self.cfg.implicit_reward_scale)
-                members.append(fresh)
-        if len(members) > 1:
-            rewards = [float(m.reward) for m in members]
-            adv = group_advantages(rewards, self.cfg.group_estimator)  # type: ignore[arg-type]
-            for m, r, a in zip(members, rewards, adv.advantages):
-                m.metadata["raw_reward"], m.reward = r, a
-            if adv.dropped:
-                recorded.metadata["group_dropped"] = adv.dropped
-        while len(members) < size:  # no teacher (or empty samples): zero-mask copies keep the group's size
-            members.append(self._padding(recorded))
-        return members
-
-    async def _fresh(self, prompt: list[int], t_prompt: list[int], n: int) -> list[tuple[list[int], list[float], list[float], bool]]:
-        """``n`` fresh samples of ``prompt`` from the served policy: (ids, their log-probs at temperature 1,
-        the teacher's under ``t_prompt``, whether a stop token ended them); empty samples are left out."""
-        from slime_ext.chat.prompt import stop_token_ids
-        from slime_ext.engines.base import SamplingParams
-
-        stops = stop_token_ids(self.tokenizer)
-        sampling = SamplingParams(temperature=self.cfg.group_temperature, max_new_tokens=self.cfg.group_max_new_tokens,
-                                  stop_token_ids=stops)
-
-        async def one():
-            ids = [out.token_id async for out in self.engine.generate(prompt, sampling)]
-            if not ids:
-                return None
-            student = await self.engine.score(prompt + ids, len(prompt))
-            teacher = await self.engine.score(t_prompt + ids, len(t_prompt))
-            return ids, list(student), list(teacher), ids[-1] in stops
-
-        return [x for x in await asyncio.gather(*(one() for _ in range(n))) if x is not None]
-
-    def _fresh_sample(self, recorded: Sample, prompt: list[int], ids: list[int], student: list[float],
-                      teacher: list[float], stopped: bool) -> Sample:
-        version = self.engine.policy_version
-        sample = Sample(tokens=prompt + ids, response_length=len(ids), loss_mask=[1] * len(ids), rollout_log_probs=student,
-                        session_id=recorded.session_id,
-                        metadata={"session_id": recorded.metadata["session_id"], "turn": recorded.metadata["turn"],
-                                  "fresh": True, "teacher_log_probs": teacher, "policy_version": version,
-                                  "policy_version_end": version,
-                                  "temperature": 1.0})  # what its log-probs are under: engine.score's
+    def _slime_sample(self, ex: Example, sample: Sample, baseline: float) -> Sample:
+        sample.metadata["raw_reward"] = float(sample.reward or 0.0)  # logged by Slime; the verdict or implicit reward
+        carry_advantages(sample, self.objective, baseline)
         sample.index, self._next_index = self._next_index, self._next_index + 1
-        sample.status = Sample.Status.COMPLETED if stopped else Sample.Status.TRUNCATED
-        sample.response = self.tokenizer.decode(ids, skip_special_tokens=True)
-        sample.prompt = recorded.prompt
-        sample.weight_versions = [str(version)]
+        fresh = sample.metadata.get("fresh")
+        stopped = sample.tokens[-1:] and sample.tokens[-1] in self.stop_ids
+        if fresh:
+            sample.status = Sample.Status.COMPLETED if stopped else Sample.Status.TRUNCATED
+        else:
+            sample.status = Sample.Status.TRUNCATED if ex.finish_reason == "length" else Sample.Status.COMPLETED
+        sample.response = self.tokenizer.decode(sample.tokens[-sample.response_length:], skip_special_tokens=True)
+        sample.prompt = ex.request.messages or ""
+        sample.weight_versions = [str(sample.metadata["policy_version"])]
         return sample
 
     def _padding(self, recorded: Sample) -> Sample:
-        """A copy of ``recorded`` that trains nothing (all-zero loss mask, reward 0)."""
+        """A copy of ``recorded`` that trains nothing (all-zero loss mask, reward 0, advantage 0)."""
         import copy
 
         pad = copy.copy(recorded)
         pad.loss_mask, pad.reward = [0] * recorded.response_length, 0.0
+        pad.teacher_log_probs = list(recorded.rollout_log_probs)
         pad.metadata = {**recorded.metadata, "padding": True}
         pad.index, self._next_index = self._next_index, self._next_index + 1
         return pad
 
-    def group_metrics(self, groups: list[list[Sample]]) -> dict[str, float]:
-        """Groups with fresh samples, constant ones, fresh samples and their mean implicit reward."""
-        fresh = [m.metadata["raw_reward"] for g in groups for m in g if m.metadata.get("fresh")]
-        if self.cfg.group_size <= 1:
-            return {}
-        return {"openclaw/groups": sum(any(m.metadata.get("fresh") for m in g) for g in groups),
-                "openclaw/constant_groups": sum("group_dropped" in g[0].metadata for g in groups),
-                "openclaw/fresh_samples": len(fresh),
-                "openclaw/fresh_reward_mean": sum(fresh) / len(fresh) if fresh else 0.0}
+    def _save_baseline(self) -> None:
+        """The running baseline, kept in the run directory so a restarted rollout resumes it (as a checkpoint does)."""
+        tmp = self.baseline_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(vars(self.baseline)))
+        tmp.replace(self.baseline_path)
 
     def recent(self, n: int) -> list[Sample]:
         """The latest judged turns as samples, without handing them out (for evaluation)."""
-        return [self._sample(r, score_teacher=False) for r in self.store.recent_judged(n)]
+        out = []
+        for row in self.store.recent_judged(n):
+            ex = Example.from_row(row)
+            sample = ex.sample()
+            sample.status = Sample.Status.TRUNCATED if ex.finish_reason == "length" else Sample.Status.COMPLETED
+            sample.response = self.tokenizer.decode(ex.response_ids, skip_special_tokens=True)
+            out.append(sample)
+        return out
 
-    def metrics(self, samples: list[Sample]) -> dict[str, float]:
-        """The rollout's metrics: rewards, hints, store counts and the staleness of the turns handed out."""
+    def metrics(self, groups: list[list[Sample]]) -> dict[str, float]:
+        """The rollout's metrics: the turns' verdicts and hints, store counts, their staleness, and the groups."""
         from slime_ext.algorithms.staleness import staleness_metrics
 
         counts = self.store.counts()
-        ages = [self.engine.policy_version - s.metadata["policy_version"] for s in samples]
-        return {"openclaw/reward_mean": sum(float(s.reward) for s in samples) / max(1, len(samples)),
-                "openclaw/hinted": sum("teacher_log_probs" in s.metadata for s in samples),
-                "openclaw/judged_turns": counts["judged_turns"], "openclaw/dropped_turns": counts["dropped_turns"],
-                **{f"openclaw/{k}": v for k, v in staleness_metrics(ages, self.cfg.max_staleness).items()}}
+        taken = self.taken
+        fresh = [s.metadata["raw_reward"] for g in groups for s in g if s.metadata.get("fresh")]
+        out = {"openclaw/reward_mean": sum(ex.verdict for ex in taken) / max(1, len(taken)),
+               "openclaw/hinted": sum(ex.teaching is not None for ex in taken),
+               "openclaw/judged_turns": counts["judged_turns"], "openclaw/dropped_turns": counts["dropped_turns"],
+               **{f"openclaw/{k}": v for k, v in staleness_metrics(
+                   [self.engine.policy_version - ex.policy_version for ex in taken], self.cfg.max_staleness).items()}}
+        if self.cfg.groups.size > 1:
+            records = self.group_records
+            out.update({"openclaw/groups": len(records),
+                        "openclaw/constant_groups": sum(r["dropped"] is not None for r in records),
+                        "openclaw/fresh_samples": len(fresh),
+                        "openclaw/fresh_reward_mean": sum(fresh) / len(fresh) if fresh else 0.0})
+        return out

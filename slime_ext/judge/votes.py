@@ -89,7 +89,3 @@ class Verdict:
     score: int
     votes: list[int | None] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
-
-    @property
-    def valid_votes(self) -> int:
-        return sum(v is not None for v in self.votes)

@@ -145,7 +145,7 @@ def teacher_compliance(client: ChatClient, p: Persona, tasks: list, base: list[s
     sees it (``teacher.teacher_messages``), and the served base model answers greedily. Answers
     that already pass count as passing (their turn has no hint)."""
     from slime_ext.judge.heuristic import heuristic_hint
-    from slime_ext.teacher import teacher_messages
+    from slime_ext.learning.teacher import teacher_messages
 
     asks, idx = [], []
     for i, (task, answer) in enumerate(zip(tasks, base)):

@@ -129,6 +129,9 @@ TURN_COLUMNS = {
     "hint": "TEXT",                  # the accepted hindsight hint (OPD), or NULL
     "hint_judged_at": "REAL",        # when hints were judged (NULL: not judged for hints)
     "teacher_logprobs": "TEXT",      # the OPD teacher's log-probs of the response tokens (JSON)
+    "failures": "INTEGER",           # training steps that raised with this turn in them (2: set aside, dropped)
+    "refusals": "INTEGER",           # catch-up steps the canary refused with this turn in them (then smaller steps)
+    "setback": "TEXT",               # the last of these, with its reason (records)
 }
 
 
@@ -172,6 +175,8 @@ def migrate(conn: sqlite3.Connection) -> None:
 
 # What training needs of a judged turn (the trainer, the Slime rollout hook).
 _TRAINING_COLUMNS = ", ".join(JudgedTurn.__annotations__)  # what a judged turn is read back as
+# the order a training step takes waiting turns: one a step raised with first (it is retried alone), then as judged
+_STEP_ORDER = "COALESCE(failures, 0) > 0 DESC, judged_at, id"
 
 
 class Store:
@@ -362,6 +367,16 @@ class Store:
     def mark_dropped(self, session_id: str, idx: int, reason: str) -> None:
         self._exec("UPDATE turns SET dropped=? WHERE session_id=? AND idx=?", (reason, session_id, idx))
 
+    def record_setback(self, keys: list[tuple[str, int]], kind: str, reason: str) -> None:
+        """Count a setback of these turns: ``kind`` "failures" (a step that raised with them) or "refusals" (a
+        catch-up step the canary refused); ``reason`` is kept as the last one (``learning/select.py``)."""
+        if kind not in ("failures", "refusals"):
+            raise ValueError(f"setback kind {kind!r}: expected failures or refusals")
+        with self._lock:
+            self._conn.executemany(
+                f"UPDATE turns SET {kind}=COALESCE({kind}, 0) + 1, setback=? WHERE session_id=? AND idx=?",
+                [(reason, sid, idx) for sid, idx in keys])
+
     # --------------------------------------------------------------- reads
     def trainable_turns(self, limit: int) -> list[JudgedTurn]:
         """Judged turns not yet trained on nor dropped, in the order they were judged."""
@@ -369,19 +384,20 @@ class Store:
             rows = self._conn.execute(
                 f"""SELECT {_TRAINING_COLUMNS} FROM turns
                    WHERE verdict IS NOT NULL AND trained_in_version IS NULL AND dropped IS NULL
-                   ORDER BY judged_at, id LIMIT ?""",
+                   ORDER BY {_STEP_ORDER} LIMIT ?""",
                 (limit,),
             ).fetchall()
         return self._decode_turns(rows)
 
     def waiting_turn_versions(self) -> list[dict[str, Any]]:
         """Every turn ``trainable_turns`` would return, in its order, without the token columns (cheap):
-        the key, ``policy_version`` and what decides its signal (``verdict``, ``hint``, ``hint_judged_at``)."""
+        the key, ``policy_version``, what decides its signal (``verdict``, ``hint``, ``hint_judged_at``) and its
+        setbacks (``failures``, ``refusals``)."""
         with self._lock:
             rows = self._conn.execute(
-                """SELECT session_id, idx, policy_version, verdict, hint, hint_judged_at FROM turns
+                f"""SELECT session_id, idx, policy_version, verdict, hint, hint_judged_at, failures, refusals FROM turns
                    WHERE verdict IS NOT NULL AND trained_in_version IS NULL AND dropped IS NULL
-                   ORDER BY judged_at, id""").fetchall()
+                   ORDER BY {_STEP_ORDER}""").fetchall()
         return [dict(r) for r in rows]
 
     def recent_judged(self, limit: int) -> list[JudgedTurn]:
@@ -526,6 +542,9 @@ def export_records(run_dir: str | Path) -> dict[str, Any]:
                         "teacher_check": checks.get((s["id"], t["idx"])),
                         "trained_in_version": t["trained_in_version"],
                         "dropped": t["dropped"],
+                        # steps that raised with it, catch-up steps refused with it, and the last such setback
+                        "setbacks": {"failures": t["failures"] or 0, "refusals": t["refusals"] or 0,
+                                     "last": t["setback"]},
                     }
                 )
             sessions.append(

@@ -40,41 +40,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Collection, Sequence
 
+from slime_ext.learning.settings import CanaryConfig
 from slime_ext.trainers.canary_data import CANARY_QA, NLL_REFERENCES, holds_key
 
 log = logging.getLogger(__name__)
 
 STATUS_FILE = "canary.json"  # in the run directory
-
-
-@dataclass
-class CanaryConfig:
-    """When a new version is refused (see ``regressions``), and what the probe costs."""
-
-    enabled: bool = True
-    max_nll_rise: float = 0.25  # reference answers' NLL may rise by at most this (nats/token)
-    min_distinct_ratio: float = 0.75  # distinct-2 may not fall below this x the served version's
-    max_eos_drop: float = 0.25  # the fraction of generations that stop may fall by at most this
-    max_length_ratio: float = 1.5  # mean generated length may grow to at most this x the served version's
-    max_answered_drop: float = 0.25  # the fraction of canary questions answered may fall by at most this since the first version
-    max_forgotten: float = 0.1  # at most this fraction of the facts the first version recalled may be forgotten
-    prompts: int = 8  # canary questions generated for (all are scored for the NLL)
-    user_prompts: int = 2  # the user's own recent prompts generated for
-    max_new_tokens: int = 24
-    max_prompt_tokens: int = 256  # longer user prompts are not used (their prefill would dominate the probe)
-    refresh_every: int = 8  # re-choose the user's prompts after this many accepted versions
-
-    def validate(self) -> None:
-        """Raise ValueError naming a setting that cannot work."""
-        for name in ("max_nll_rise", "min_distinct_ratio", "max_eos_drop", "max_length_ratio", "max_answered_drop",
-                     "max_forgotten"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"canary_{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("prompts", "max_new_tokens", "max_prompt_tokens", "refresh_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"canary_{name} must be at least 1, got {getattr(self, name)}")
-        if self.user_prompts < 0:
-            raise ValueError(f"canary_user_prompts must be >= 0, got {self.user_prompts}")
 
 
 @dataclass(frozen=True)
@@ -191,7 +162,7 @@ def reference_pass(model, pairs: Sequence[tuple[list[int], list[int]]], key_at: 
     import torch
     from transformers import DynamicCache
 
-    from slime_ext.logprobs import output_logits
+    from slime_ext.logprobs import output_logits, token_logprobs
 
     kept = [(i, p, a if i < nll_of else a[: k + 1]) for i, ((p, a), k) in enumerate(zip(pairs, key_at))
             if i < nll_of or k is not None]
@@ -219,7 +190,7 @@ def reference_pass(model, pairs: Sequence[tuple[list[int], list[int]]], key_at: 
             start, key = len(prompt) - shared, key_at[i]
             if i < nll_of:
                 logits = output_logits(h[start - 1 : start - 1 + len(answer)], head, 1.0)  # p predicts p + 1
-                total -= float(torch.log_softmax(logits, -1).gather(1, torch.tensor(answer)[:, None]).sum())
+                total -= float(token_logprobs(logits, torch.tensor(answer)).sum())
                 count += len(answer)
             if key is not None:
                 recalled[i] = int(output_logits(h[start - 1 + key], head, 1.0).argmax()) == answer[key]

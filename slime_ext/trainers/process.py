@@ -1,11 +1,20 @@
-"""The trainer as its own process, beside the server.
+"""The trainer as its own process beside the server, kept running by the server.
 
 The server and the trainer share only the run directory: the trainer reads judged turns from the
 store and writes ``checkpoints/v<N>``; the server's ``CheckpointWatcher`` swaps each new version
 into the engine. One trainer per run directory: it holds an exclusive lock (``trainer.lock``), so
 after a crash the restarted server's trainer waits for the old one to finish its step and exit
-instead of training the same turns a second time. A separate process keeps training's Python work off the serving process's GIL,
-and it computes with one thread so serving keeps the other core(s).
+instead of training the same turns a second time. A separate process keeps training's Python work
+off the serving process's GIL, and it computes with one thread so serving keeps the other core(s).
+
+**Supervised.** The trainer writes what it is doing and its last error, traceback included, to
+``RUN_DIR/trainer.json`` (``TrainerStatus``). A step that raises (``StepFailed``: an out-of-memory on a
+long turn, a corrupt record, a canary error) is counted against its turns (``OnlineTrainer.set_back``:
+a turn in two failed steps is set aside with the error as its reason) and the process exits; any
+other exception (a model that cannot load, ...) ends it too. The server's ``TrainerSupervisor`` sees
+it exit, logs the error, and starts a new trainer after a back-off (1 s, doubling to 60 s; back to 1 s
+once a trainer has run for a minute), which resumes from the latest checkpoint. ``/healthz``
+(``training.trainer``) and ``/metrics`` (``openclaw_trainer_*``) show its state, restarts and last error.
 """
 
 from __future__ import annotations
@@ -17,76 +26,127 @@ import logging
 import multiprocessing
 import os
 import time
-from dataclasses import asdict
+import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
+from slime_ext.trainers import checkpoints
 from slime_ext.trainers.canary import read_status as read_canary_status
-from slime_ext.trainers.loop import latest_checkpoint
-from slime_ext.types import Method
 
 log = logging.getLogger(__name__)
 
+STATUS_FILE = "trainer.json"  # in the run directory
 
-def trainer_main(model: str, run_dir: str, config: dict[str, Any], poll_s: float = 0.25, threads: int = 1,
+
+class TrainerStatus:
+    """``RUN_DIR/trainer.json``: written by the trainer process (atomically), read by the server."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.path = Path(run_dir) / STATUS_FILE
+        self.fields = read_trainer_status(run_dir)
+
+    def update(self, **fields: Any) -> None:
+        self.fields.update(fields)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.fields))
+        tmp.replace(self.path)
+
+    def failed(self, error: BaseException, set_aside: list | None = None) -> None:
+        """Record an error that ends the process: its text, its traceback, and the turns it set aside."""
+        text = f"{type(error).__name__}: {error}"
+        self.update(state="failed", failed_steps=self.fields.get("failed_steps", 0) + (set_aside is not None),
+                    last_error={"error": text[:500], "at": time.time(), "traceback": traceback.format_exc()[-4000:],
+                                "set_aside": [list(k) for k in set_aside or []]})
+
+
+def read_trainer_status(run_dir: str | Path) -> dict[str, Any]:
+    """What the trainer last wrote in ``trainer.json`` ({} before it first did)."""
+    try:
+        return json.loads((Path(run_dir) / STATUS_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def trainer_main(model: str, run_dir: str, config, poll_s: float = 0.25, threads: int = 1,
                  device: str = "cpu") -> None:
-    """Entry point of the trainer process: resume, then train whenever a batch is ready. On a CUDA ``device``
-    the model lives there and the process's tensors are made there (``torch.set_default_device``)."""
+    """Entry point of the trainer process: resume, then train whenever a batch is ready (``config``: the
+    ``TrainerConfig``). On a CUDA ``device`` the model lives there and the process's tensors are made there
+    (``torch.set_default_device``). An error is recorded in ``trainer.json`` and ends the process (module doc)."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from slime_ext.algorithms import PolicyLossConfig
-    from slime_ext.models import resolve_model
-    from slime_ext.store import Store
-    from slime_ext.trainers.canary import CanaryConfig
-    from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, recompute_activations, wrap_lora
-    from slime_ext.trainers.scalars import ScalarWriter
-    from slime_ext.trainers.teachability import TeachabilityConfig
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s trainer: %(message)s")
+    from slime_ext.trainers.loop import StepFailed
+
     lock = open(Path(run_dir) / "trainer.lock", "w")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         log.info("another trainer holds %s (the previous server's, finishing its step): waiting", lock.name)
         fcntl.flock(lock, fcntl.LOCK_EX)
-    torch.set_num_threads(threads)
-    from slime_ext.engines.device import resolve_device
+    status = TrainerStatus(run_dir)
+    status.update(state="starting", pid=os.getpid(), started_at=time.time())
+    trainer = None
+    try:
+        trainer, scalars = build_trainer(model, run_dir, config, threads, device)
+        status.update(state="idle", version=trainer.version)
+        train_forever(trainer, scalars, status, poll_s)
+    except StepFailed as e:
+        aside = trainer.set_back(e.examples, str(e))
+        log.error("the training step of %d turns failed%s; restarting", len(e.examples),
+                  f" (set aside: {[ex.key for ex in aside]})" if aside else "", exc_info=True)
+        status.failed(e.__cause__ or e, [ex.key for ex in aside])
+        raise SystemExit(1) from None
+    except Exception as e:
+        log.exception("the trainer stopped")
+        status.failed(e)
+        raise SystemExit(1) from None
 
+
+def build_trainer(model: str, run_dir: str, config, threads: int, device: str):
+    """The trainer on ``model`` (resumed from the latest checkpoint) and its scalar writer."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from slime_ext.chat.prompt import PromptRenderer
+    from slime_ext.engines.device import resolve_device
+    from slime_ext.models import resolve_model
+    from slime_ext.store import Store
+    from slime_ext.trainers.loop import OnlineTrainer, recompute_activations, wrap_lora
+    from slime_ext.trainers.scalars import ScalarWriter
+
+    torch.set_num_threads(threads)
     where = resolve_device(device)
     if where.type == "cuda":
         torch.set_default_device(where)
-    cfg = TrainerConfig(**{**config, "loss": PolicyLossConfig(**config.get("loss", {})),
-                           "canary": CanaryConfig(**config.get("canary", {})),
-                           "teacher_check": TeachabilityConfig(**config.get("teacher_check", {}))})
     model_dir = str(resolve_model(model, progress=log.info))
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(where)
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(where)
     if where.type == "cuda":  # on a GPU beside the engine, bound the trainer's activations (LoRA bounds the rest)
-        recompute_activations(model)
-    from transformers import AutoTokenizer
-
-    from slime_ext.chat.prompt import PromptRenderer
-
+        recompute_activations(base)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     # the teacher re-renders each hinted prompt as the server rendered it
-    renderer = PromptRenderer(tokenizer) if Method.parse(cfg.method).uses_hints else None
+    renderer = PromptRenderer(tokenizer) if config.method.uses_hints else None
     store = Store(run_dir)
-    trainer = OnlineTrainer(wrap_lora(model, cfg), store, run_dir, cfg, renderer=renderer,
-                            canary=make_canary(cfg.canary, tokenizer, store, run_dir))
+    trainer = OnlineTrainer(wrap_lora(base, config), store, run_dir, config, renderer=renderer,
+                            canary=make_canary(config.canary, tokenizer, store, run_dir))
     if trainer.resume():
         log.info("resumed at version %d", trainer.version)
     scalars = ScalarWriter(run_dir)
-    log.info("ready on %s: %s, %s, lr %g, batch %d, canary %s; scalars -> %s (%s)", where, cfg.method,
-             f"LoRA rank {cfg.lora_rank}" if cfg.lora_rank else "full weights", cfg.lr, cfg.batch_size,
+    log.info("ready on %s: %s, %s, lr %g, batch %d, canary %s; scalars -> %s (%s)", where, config.method,
+             f"LoRA rank {config.lora_rank}" if config.lora_rank else "full weights", config.lr, config.batch_size,
              "on" if trainer.canary else "off", scalars.dir, scalars.kind)
+    return trainer, scalars
+
+
+def train_forever(trainer, scalars, status: TrainerStatus, poll_s: float) -> None:
+    """Step whenever a batch is ready, until the server is gone (even by kill -9)."""
     parent = os.getppid()
-    while os.getppid() == parent:  # the server is gone (even by kill -9): stop too
+    while os.getppid() == parent:
         metrics = trainer.step()
         if metrics is None:
             time.sleep(poll_s)
             continue
         scalars.write(metrics["version"], metrics)
+        status.update(state="idle", version=trainer.version, steps=status.fields.get("steps", 0) + 1,
+                      last_step_at=time.time())
         if not metrics.get("refused"):  # a refusal is logged by the canary, as a WARNING
             log.info(step_line(metrics))
 
@@ -127,13 +187,76 @@ def backlog_note(m: dict[str, Any]) -> str:
 
 
 def start_trainer_process(model: str, run_dir: str, config, device: str = "cpu") -> multiprocessing.Process:
-    """Start ``trainer_main`` in a fresh (spawned) process on ``device``; it dies with the server."""
-    cfg = asdict(config)
+    """Start ``trainer_main`` in a fresh (spawned) process on ``device``; it dies with the server. ``config``
+    (the ``TrainerConfig``) crosses the process boundary as it is (pickled)."""
     proc = multiprocessing.get_context("spawn").Process(
-        target=trainer_main, args=(model, run_dir, cfg), kwargs={"device": device}, name="openclaw-rl-trainer",
+        target=trainer_main, args=(model, run_dir, config), kwargs={"device": device}, name="openclaw-rl-trainer",
         daemon=True)
     proc.start()
     return proc
+
+
+def without_traceback(error: dict[str, Any] | None) -> dict[str, Any] | None:
+    """An error record as ``/healthz`` shows it: the traceback stays in the log and in trainer.json."""
+    return {k: v for k, v in error.items() if k != "traceback"} if error else None
+
+
+class TrainerSupervisor:
+    """Keeps the trainer process running (server side): starts it, and when it exits logs why and starts
+    a new one after a back-off (module docstring). ``start`` makes and starts a process."""
+
+    def __init__(self, start: Callable[[], multiprocessing.Process], run_dir: str | Path, *,
+                 backoff_s: float = 1.0, max_backoff_s: float = 60.0, healthy_after_s: float = 60.0) -> None:
+        self._start = start
+        self.run_dir = Path(run_dir)
+        self.backoff_s, self.max_backoff_s, self.healthy_after_s = backoff_s, max_backoff_s, healthy_after_s
+        self.process: multiprocessing.Process | None = None
+        self.started_at = 0.0
+        self.restarts = 0
+        self.last_exit: int | None = None
+        self.state = "stopped"
+        self._delay = backoff_s
+
+    def start(self) -> None:
+        self.process = self._start()
+        self.started_at, self.state = time.monotonic(), "running"
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.is_alive():
+            self.process.terminate()
+            self.process.join(10)
+        self.state = "stopped"
+
+    async def run(self) -> None:
+        """Watch the process; restart it after the back-off when it exits."""
+        while True:
+            await asyncio.sleep(0.5)
+            if self.process is None or self.process.is_alive() or self.state == "stopped":
+                continue
+            self.last_exit = self.process.exitcode
+            ran = time.monotonic() - self.started_at
+            self._delay = self.backoff_s if ran >= self.healthy_after_s else self._delay
+            error = read_trainer_status(self.run_dir).get("last_error") or {}
+            log.error("the trainer exited (code %s after %.0f s)%s; starting it again in %.0f s", self.last_exit, ran,
+                      f": {error.get('error')}" if error else "", self._delay)
+            self.state = "restarting"
+            await asyncio.sleep(self._delay)
+            self._delay = min(2 * self._delay, self.max_backoff_s)
+            self.restarts += 1
+            self.start()
+
+    def status(self) -> dict[str, Any]:
+        """What ``/healthz`` shows under ``training.trainer``: the process, its restarts and its last error."""
+        written = read_trainer_status(self.run_dir)
+        alive = self.process is not None and self.process.is_alive()
+        return {"state": written.get("state", "starting") if alive else self.state,
+                "pid": self.process.pid if alive else None, "restarts": self.restarts, "last_exit_code": self.last_exit,
+                "failed_steps": written.get("failed_steps", 0), "steps": written.get("steps", 0),
+                "last_error": without_traceback(written.get("last_error"))}
+
+    @property
+    def up(self) -> bool:
+        return self.process is not None and self.process.is_alive()
 
 
 class CheckpointWatcher:
@@ -152,7 +275,7 @@ class CheckpointWatcher:
         self.last_step: dict[str, Any] = {}
 
     async def check(self) -> bool:
-        found = latest_checkpoint(self.run_dir)
+        found = checkpoints.latest(self.run_dir)
         if found is None or found[0] <= self.engine.policy_version:
             return False
         version, path = found
@@ -161,7 +284,7 @@ class CheckpointWatcher:
         self.last_swap_s = time.perf_counter() - started
         self.swaps += 1
         try:
-            state = json.loads((path / "trainer_state.json").read_text())
+            state = checkpoints.read_state(path)
             self.last_step = {k: v for k, v in state.get("metrics", {}).items() if isinstance(v, (int, float))}
             self.last_step["saved_at"] = state.get("saved_at")
         except (OSError, ValueError):

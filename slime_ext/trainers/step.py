@@ -18,18 +18,12 @@ from typing import Any, Callable
 
 import torch
 
-from slime_ext.algorithms import (
-    AdvantageWeights,
-    PolicyLossConfig,
-    TopK,
-    combined_advantages,
-    policy_loss,
-)
-from slime_ext.algorithms.divergence import Divergence, topk_divergence_loss
-from slime_ext.algorithms.topk import gather_log_softmax
+from slime_ext.algorithms import AdvantageWeights, PolicyLossConfig, TopK, policy_loss
+from slime_ext.algorithms.divergence import topk_divergence_loss
 from slime_ext.algorithms.topk_select import SelectedSupport, topk_select_loss
-from slime_ext.logprobs import output_logits, scoring_temperature
-from slime_ext.types import Method, Sample
+from slime_ext.learning.objective import LossFn, Objective, resolve_policy_loss  # noqa: F401 (resolve: for env train)
+from slime_ext.logprobs import output_logits, scoring_temperature, token_logprobs
+from slime_ext.types import Distill, Method, Sample
 
 
 @dataclass
@@ -39,7 +33,8 @@ class Batch:
     response_start: list[int]  # index of each sample's first response token
     response_mask: torch.Tensor  # [B, T] over response positions (T = longest response)
     rollout_logprobs: torch.Tensor  # [B, T]
-    advantages: torch.Tensor  # [B, T]
+    advantages: torch.Tensor  # [B, T]: the advantage (with distill topk_select_token: its verdict term)
+    teacher_advantages: torch.Tensor | None = None  # [B, T]: distill topk_select_token's teacher term, apart
     # top-k distillation: the teacher's top-k (ids and log-probs [B, T, k]), or its full log-probs
     # [B, T, V] for student-top-k support; zeros where absent
     teacher_topk: TopK | torch.Tensor | None = None
@@ -63,16 +58,14 @@ class Batch:
         return Batch(**{f.name: move(getattr(self, f.name)) for f in fields(self)})
 
 
-BINARY = AdvantageWeights.for_method(Method.BINARY)
+BINARY = Objective(AdvantageWeights.for_method(Method.BINARY), Distill.TOKEN, PolicyLossConfig())
 
 
-def collate(samples: list[Sample], pad_id: int = 0, baseline: float = 0.0, weights: AdvantageWeights = BINARY) -> Batch:
-    """Right-pad samples into tensors; per-token advantages by ``combined_advantages`` (the verdict
-    on every token for Binary RL, plus the teacher term for samples with ``teacher_log_probs``). A
-    group member (``metadata["group_advantage"]``, see ``trainers/groups.py``) takes its
-    group-normalized advantage in place of ``reward - baseline``; a sample with ``metadata["advantage"]``
-    (context distillation's SFT samples) takes that value on every token, whatever the weights. A sample
-    is scored at ``metadata["temperature"]``, the temperature it was sampled at (absent: 1)."""
+def collate(samples: list[Sample], pad_id: int = 0, baseline: float = 0.0, objective: Objective = BINARY) -> Batch:
+    """Right-pad samples into tensors, with each sample's per-token advantages from ``objective``
+    (``learning/objective.py``: the verdict on every token for Binary RL, plus the teacher term for samples
+    with ``teacher_log_probs``, a group member's group advantage, a context-distillation sample's fixed one).
+    A sample is scored at ``metadata["temperature"]``, the temperature it was sampled at (absent: 1)."""
     lengths = [len(s.tokens) for s in samples]
     width = max(lengths)
     t_max = max(s.response_length for s in samples)
@@ -81,7 +74,7 @@ def collate(samples: list[Sample], pad_id: int = 0, baseline: float = 0.0, weigh
     attn = torch.zeros(n, width, dtype=torch.long)
     resp_mask = torch.zeros(n, t_max)
     old = torch.zeros(n, t_max)
-    adv = torch.zeros(n, t_max)
+    terms = [torch.zeros(n, t_max) for _ in range(2 if objective.separate_teacher_term else 1)]
     starts = []
     for i, s in enumerate(samples):
         if s.rollout_log_probs is None or len(s.rollout_log_probs) != s.response_length:
@@ -90,16 +83,11 @@ def collate(samples: list[Sample], pad_id: int = 0, baseline: float = 0.0, weigh
         attn[i, : lengths[i]] = 1
         r = s.response_length
         starts.append(lengths[i] - r)
-        mask = torch.tensor(s.loss_mask if s.loss_mask is not None else [1] * r, dtype=torch.float32)
-        resp_mask[i, :r] = mask
+        resp_mask[i, :r] = torch.tensor(s.loss_mask if s.loss_mask is not None else [1] * r, dtype=torch.float32)
         old[i, :r] = torch.tensor(s.rollout_log_probs, dtype=torch.float32)
-        teacher = torch.tensor(s.teacher_log_probs, dtype=torch.float32) if s.teacher_log_probs is not None else None
-        meta = s.metadata or {}
-        group = meta.get("group_advantage")
-        reward, b = (float(group), 0.0) if group is not None else (float(s.reward or 0.0), baseline)
-        fixed = meta.get("advantage")  # a term with its own weight (context distillation), used as is
-        adv[i, :r] = float(fixed) if fixed is not None else combined_advantages(reward, old[i, :r], teacher, weights, b)
-    batch = Batch(tokens, attn, starts, resp_mask, old, adv,
+        for term, values in zip(terms, objective.advantages(s, baseline)):
+            term[i, :r] = values
+    batch = Batch(tokens, attn, starts, resp_mask, old, terms[0], terms[1] if len(terms) == 2 else None,
                   temperatures=[scoring_temperature((s.metadata or {}).get("temperature")) for s in samples])
     tops = [(i, s.metadata.get("teacher_topk")) for i, s in enumerate(samples)]
     tops = [(i, t) for i, t in tops if t is not None]
@@ -160,13 +148,16 @@ def response_logits(model, batch: Batch) -> torch.Tensor:
     return out
 
 
+def response_targets(batch: Batch) -> torch.Tensor:
+    """The response token ids ``[B, T]`` (0 past each sample's end)."""
+    t_max = batch.response_mask.shape[1]
+    return torch.stack([torch.nn.functional.pad(batch.tokens[i, s : s + t_max], (0, max(0, s + t_max - batch.tokens.shape[1])))
+                        for i, s in enumerate(batch.response_start)])
+
+
 def target_logprobs_of(logits: torch.Tensor, batch: Batch) -> torch.Tensor:
     """Log-probs ``[B, T]`` of the response tokens from their logits (0 past the end)."""
-    t_max = logits.shape[1]
-    targets = torch.stack([torch.nn.functional.pad(batch.tokens[i, s : s + t_max], (0, max(0, s + t_max - batch.tokens.shape[1])))
-                           for i, s in enumerate(batch.response_start)])
-    logp = gather_log_softmax(logits, targets[:, :, None])[:, :, 0]  # no [B, T, V] log-softmax kept
-    return logp * (batch.response_mask > 0)
+    return token_logprobs(logits, response_targets(batch)) * (batch.response_mask > 0)
 
 
 def response_logprobs(model, batch: Batch) -> torch.Tensor:
@@ -182,74 +173,35 @@ def response_logprobs(model, batch: Batch) -> torch.Tensor:
         if len(pos) == 0:
             continue
         logits = output_logits(hidden[i, start - 1 + pos], head, batch.temperature(i))  # p predicts token p + 1
-        lp = gather_log_softmax(logits[None], batch.tokens[i, start + pos][None, :, None])[0, :, 0]
-        out = out.index_put((torch.full_like(pos, i), pos), lp)
+        out = out.index_put((torch.full_like(pos, i), pos), token_logprobs(logits, batch.tokens[i, start + pos]))
     return out
 
 
-def resolve_policy_loss(name: str) -> Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]:
-    """The policy loss ``name`` names: ``ppo`` (``algorithms/ppo.py``'s ``policy_loss``), or the user's
-    (``module:attr``, or a name an installed package registered under ``openclaw_rl.losses``), which is called
-    like ``policy_loss(logprobs, behaviour_logprobs, advantages, mask, config, ref_logprobs=...)`` and returns
-    ``(scalar loss, metrics)``. ``slime_ext.plugins.PluginError`` (a ValueError) says why one does not load."""
-    from slime_ext.plugins import check_choice, load_object
-    from slime_ext.trainers.learning import POLICY_LOSSES
+def train_step(model, optimizer, samples: list[Sample], objective: Objective = BINARY, *,
+               micro_batch_size: int = 4, max_grad_norm: float = 1.0, pad_id: int = 0, baseline: float = 0.0,
+               reference: Callable[[Batch], torch.Tensor] | None = None, loss_fn: LossFn = policy_loss) -> dict[str, Any]:
+    """One optimizer step over ``samples`` with gradient accumulation over micro-batches: ``objective``'s
+    advantages and policy loss (``learning/objective.py``; ``loss_fn``: the built-in PPO or the user's),
+    and the embedded trainer's own distillation terms.
 
-    if name == POLICY_LOSSES[0]:
-        return policy_loss
-    check_choice(name, "loss", POLICY_LOSSES, "it is called like algorithms/ppo.py's policy_loss")
-    return load_object(name, "loss")
-
-
-def train_step(model, optimizer, samples: list[Sample], config: PolicyLossConfig | None = None,
-               *, micro_batch_size: int = 4, max_grad_norm: float = 1.0, pad_id: int = 0,
-               baseline: float = 0.0, reference: Callable[[Batch], torch.Tensor] | None = None,
-               weights: AdvantageWeights = BINARY, topk_coef: float = 0.0, topk: int | None = None,
-               divergence: Divergence = "reverse_kl", beta: float = 0.5,
-               loss_fn: Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]] = policy_loss) -> dict[str, Any]:
-    """One optimizer step over ``samples`` with gradient accumulation over micro-batches; ``loss_fn`` is the
-    policy loss (``resolve_policy_loss``).
-
-    ``reference(batch)`` gives the reference policy's response log-probs for the KL term (used
-    only when ``config.kl_coef`` > 0). Samples with ``metadata["teacher_topk"]`` add ``topk_coef``
-    x the top-k ``divergence`` to the teacher at every response position (reverse KL, forward KL
-    or JSD(``beta``), ``algorithms/divergence.py``): over the teacher's top-k (ids and log-probs
-    ``[r, k]``), or over the student's top ``topk`` tokens (the teacher's full log-probs ``[r, V]``);
-    a ``SelectedSupport`` instead (``--distill topk_select``) adds ``topk_coef`` x ``topk_select_loss``
-    over its support, PPO-clipped with ``config``'s eps (``algorithms/topk_select.py``).
+    ``reference(batch)`` gives the reference policy's response log-probs for the KL term (used only when
+    ``objective.loss.kl_coef`` > 0); with ``tis_cap`` the ratio is taken against the model's own log-probs
+    before the step (the proximal policy), each token weighted by their truncated ratio to the recorded
+    ones. Samples with ``metadata["teacher_topk"]`` add ``topk_coef`` x the top-k ``divergence`` to the
+    teacher at every response position (reverse KL, forward KL or JSD(``beta``), ``algorithms/divergence.py``):
+    over the teacher's top-k (ids and log-probs ``[r, k]``), or over the student's top ``topk`` tokens (the
+    teacher's full log-probs ``[r, V]``); a ``SelectedSupport`` instead (``--distill topk_select``) adds
+    ``topk_coef`` x ``topk_select_loss`` over its support, PPO-clipped with the loss's eps
+    (``algorithms/topk_select.py``).
     """
-    config = config or PolicyLossConfig()
     device = next(model.parameters()).device  # the batch is made on the CPU and computed where the model is
     model.train()
     optimizer.zero_grad(set_to_none=True)
     chunks = [samples[i : i + micro_batch_size] for i in range(0, len(samples), micro_batch_size)]
     totals: dict[str, float] = {}
     for chunk in chunks:
-        batch = collate(chunk, pad_id, baseline, weights).to(device)
-        ref = None
-        if reference is not None and config.kl_coef:
-            with torch.no_grad():
-                ref = reference(batch)
-        distills = topk_coef and (batch.teacher_topk is not None or batch.select is not None)
-        if distills:  # the distillation term needs every position's logits
-            logits = response_logits(model, batch)
-            logp = target_logprobs_of(logits, batch)
-        else:
-            logp = response_logprobs(model, batch)
-        loss, metrics = loss_fn(logp, batch.rollout_logprobs, batch.advantages, batch.response_mask, config,
-                                ref_logprobs=ref)
-        if topk_coef and batch.select is not None:  # topk_select: w_opd x the top-K OPD term
-            distill, distill_metrics = topk_select_loss(logits, batch.select, batch.topk_mask,
-                                                        eps_low=config.eps_low, eps_high=config.eps_high)
-            loss = loss + topk_coef * distill
-            metrics.update(distill_metrics)
-        elif topk_coef and batch.teacher_topk is not None:
-            student_support = isinstance(batch.teacher_topk, torch.Tensor)
-            distill, distill_metrics = topk_divergence_loss(
-                logits, batch.teacher_topk, batch.topk_mask, divergence=divergence, beta=beta,
-                k=topk if student_support else None, support="student" if student_support else "teacher")
-            loss = loss + topk_coef * distill
-            metrics.update(distill_metrics)
+        batch = collate(chunk, pad_id, baseline, objective).to(device)
+        loss, metrics = _chunk_loss(model, batch, objective, loss_fn, reference)
         (loss * len(chunk) / len(samples)).backward()
         for k, v in {"loss": loss.detach(), **metrics}.items():
             totals[k] = totals.get(k, 0.0) + float(v) * len(chunk) / len(samples)
@@ -258,3 +210,34 @@ def train_step(model, optimizer, samples: list[Sample], config: PolicyLossConfig
     optimizer.step()
     model.eval()
     return totals
+
+
+def _chunk_loss(model, batch: Batch, objective: Objective, loss_fn: LossFn,
+                reference: Callable[[Batch], torch.Tensor] | None) -> tuple[torch.Tensor, dict[str, Any]]:
+    """One micro-batch's loss: the policy loss (``Objective.policy_loss``) plus the distillation term."""
+    ref = proximal = None
+    with torch.no_grad():
+        if reference is not None and objective.loss.kl_coef:
+            ref = reference(batch)
+        if objective.loss.tis_cap:
+            proximal = response_logprobs(model, batch)
+    distills = objective.topk_coef and (batch.teacher_topk is not None or batch.select is not None)
+    if distills:  # the distillation term needs every position's logits
+        logits = response_logits(model, batch)
+        logp = target_logprobs_of(logits, batch)
+    else:
+        logp = response_logprobs(model, batch)
+    terms = [batch.advantages] + ([batch.teacher_advantages] if batch.teacher_advantages is not None else [])
+    loss, metrics = objective.policy_loss(loss_fn, logp, batch.rollout_logprobs, terms, batch.response_mask,
+                                          proximal=proximal, ref=ref)
+    if distills and batch.select is not None:  # topk_select: w_opd x the top-K OPD term
+        distill, distill_metrics = topk_select_loss(logits, batch.select, batch.topk_mask,
+                                                    eps_low=objective.loss.eps_low, eps_high=objective.loss.eps_high)
+    elif distills:
+        student_support = isinstance(batch.teacher_topk, torch.Tensor)
+        distill, distill_metrics = topk_divergence_loss(
+            logits, batch.teacher_topk, batch.topk_mask, divergence=objective.divergence, beta=objective.beta,
+            k=objective.topk if student_support else None, support="student" if student_support else "teacher")
+    else:
+        return loss, metrics
+    return loss + objective.topk_coef * distill, {**metrics, **distill_metrics}

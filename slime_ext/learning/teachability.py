@@ -1,4 +1,4 @@
-"""What the hinted teacher can teach (issue #15 item 6): does the teacher follow a hint at all?
+"""The teacher check, a stage of the pipeline: does the hinted teacher follow a hint at all?
 
 OPD distills the student toward the same model shown the hint; its gain is bounded by how
 differently that hinted teacher behaves (OPSD found the final gain roughly linear in the initial
@@ -11,9 +11,9 @@ hint), the trainer measures it with a model-free test that works with every judg
 2. the **gap**: the mean per-token log-prob of ``y`` under the hinted prompt minus under the
    **unhinted** prompt, same weights, teacher-forced (``mean_gap``): how much more likely the hint
    makes the teacher's own answer (nats/token);
-3. **same answer**: whether the unhinted greedy answer is ``y`` too, read off the same unhinted
-   pass (greedy decoding is deterministic: the unhinted greedy answer equals ``y`` exactly when the
-   unhinted argmax is ``y``'s token at every position), so no second generation is needed.
+3. **same answer**: whether the unhinted greedy answer is ``y`` too (``Scorer.greedy_agrees``: in
+   this process read off one teacher-forced pass, since greedy decoding gives ``y`` exactly when the
+   unhinted argmax is ``y``'s token at every position; through an engine, by decoding it).
 
 One prompt's gap is noisy on a small model (measured on smollm2: 0.03 to 0.48 nats/token across
 eight questions for a hint it follows, -0.06 to 0.46 for one it does not), and a hint is a
@@ -34,34 +34,11 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
-from slime_ext.types import Method
+from slime_ext.learning.scorers import Scorer
+from slime_ext.learning.settings import TeacherCheckConfig
+from slime_ext.types import Method, Unfollowed
 
-# what a turn whose hint the teacher does not follow gets: dropped whole (its verdict too), no teacher
-# term (the verdict alone trains), or trained anyway
-UNFOLLOWED = ("drop", "skip", "train")
 NOT_FOLLOWED = "teacher does not follow the hint"  # the start of a dropped turn's reason
-
-
-@dataclass(frozen=True)
-class TeachabilityConfig:
-    enabled: bool = True  # measure each hinted turn (OPD / Combine)
-    min_gap: float = 0.15  # the hint's median nats/token added to the teacher's own answer (docs/learning.md)
-    max_new_tokens: int = 48  # length bound of the teacher's greedy answer
-    per_hint: int = 4  # distinct prompts a hint is measured on; later turns reuse its median (0: every prompt)
-    # "drop": not trained (the experiment v2's choice: docs/learning.md); "skip": no teacher term; "train": trained
-    # anyway (shown, counted)
-    unfollowed: str = "drop"
-
-    def validate(self) -> None:
-        """Raise ValueError naming the setting that cannot work."""
-        if self.unfollowed not in UNFOLLOWED:
-            raise ValueError(f"unfollowed_hints {self.unfollowed!r}: expected {' or '.join(UNFOLLOWED)}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"teacher_check_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.per_hint < 0:
-            raise ValueError(f"teacher_checks_per_hint must be >= 0, got {self.per_hint}")
-        if self.min_gap != self.min_gap:  # NaN
-            raise ValueError("teacher_min_gap must be a number")
 
 
 @dataclass
@@ -114,24 +91,15 @@ def decide(hint_gap: float, same_answer: bool | None, min_gap: float, checks: in
     return True, f"the teacher follows the hint: it adds {hint_gap:+.3f} nats/token to its own answers ({over})"
 
 
-def measure(model, prompt_ids: Sequence[int], teacher_prompt_ids: Sequence[int], *, stop_ids: Sequence[int],
+def measure(teacher: Scorer, prompt_ids: Sequence[int], teacher_prompt_ids: Sequence[int], *,
             max_new_tokens: int) -> tuple[float, bool, list[int]]:
-    """``(gap, same_answer, answer)`` of ``model`` for one prompt and its hinted version (module doc)."""
-    import torch
-
-    from slime_ext.logprobs import teacher_forced_log_softmax
-    from slime_ext.trainers.groups import sample_responses
-
+    """``(gap, same_answer, answer)`` of the ``teacher`` for one prompt and its hinted version (module doc)."""
     prompt, hinted = list(prompt_ids), list(teacher_prompt_ids)
-    (answer,) = sample_responses(model, hinted, 1, temperature=0.0, max_new_tokens=max_new_tokens, stop_ids=stop_ids)
+    (answer,) = teacher.sample(hinted, 1, temperature=0.0, max_new_tokens=max_new_tokens)
     if not answer:
         return 0.0, True, answer
-    target = torch.tensor(answer)[:, None]
-    with_hint = teacher_forced_log_softmax(model, hinted + answer, len(hinted))
-    without = teacher_forced_log_softmax(model, prompt + answer, len(prompt))
-    gap = mean_gap(with_hint.gather(1, target)[:, 0].tolist(), without.gather(1, target)[:, 0].tolist())
-    same = bool((without.argmax(-1) == target[:, 0]).all())
-    return gap, same, answer
+    gap = mean_gap(teacher.logprobs(hinted, answer), teacher.logprobs(prompt, answer))
+    return gap, teacher.greedy_agrees(prompt, answer), answer
 
 
 class TeacherChecker:
@@ -139,18 +107,17 @@ class TeacherChecker:
     hinted prompt holds the hint, so a replayed prompt with the same hint is measured once. The
     decision reads the hint's median gap over its distinct measured prompts (``gaps``)."""
 
-    def __init__(self, config: TeachabilityConfig, tokenizer, stop_ids: Sequence[int], cache_size: int = 512) -> None:
+    def __init__(self, config: TeacherCheckConfig, tokenizer, cache_size: int = 512) -> None:
         config.validate()
         self.config = config
         self.tokenizer = tokenizer
-        self.stop_ids = list(stop_ids)
         self.cache: OrderedDict[tuple, tuple[float, bool, str, int]] = OrderedDict()  # (gap, same, sample, tokens)
         self.cache_size = cache_size
         self.gaps: dict[str, dict[tuple, float]] = {}  # hint -> {(prompt, hinted prompt): gap}
 
-    def check(self, model, prompt_ids: Sequence[int], teacher_prompt_ids: Sequence[int], hint: str,
+    def check(self, teacher: Scorer, prompt_ids: Sequence[int], teacher_prompt_ids: Sequence[int], hint: str,
               context: int = 0) -> TeacherCheck:
-        """The check of ``model`` (the teacher's weights) on this prompt and its hinted version."""
+        """The check of the ``teacher`` on this prompt and its hinted version."""
         key = (tuple(prompt_ids), tuple(teacher_prompt_ids))
         started, cached = time.perf_counter(), key in self.cache
         measured = self.gaps.get(hint, {})
@@ -164,8 +131,7 @@ class TeacherChecker:
                 budget = min(budget, context - max(len(prompt_ids), len(teacher_prompt_ids)))
             if budget <= 0:  # nothing to measure with: not judged, trained as before
                 return TeacherCheck(0.0, False, 0.0, 0, True, "not measured: no room in the context", "", 0)
-            gap, same, answer = measure(model, prompt_ids, teacher_prompt_ids, stop_ids=self.stop_ids,
-                                        max_new_tokens=budget)
+            gap, same, answer = measure(teacher, prompt_ids, teacher_prompt_ids, max_new_tokens=budget)
             text = self.tokenizer.decode(answer, skip_special_tokens=True) if answer else ""
             self.cache[key] = (round(gap, 4), same, text[:200], len(answer))
             if len(self.cache) > self.cache_size:
@@ -192,13 +158,13 @@ class TeacherChecker:
                             reason + "; not measured on this prompt", "", 0, 0.0, True)
 
 
-def excluded(method: str, verdict: int, check: TeacherCheck, config: TeachabilityConfig) -> tuple[bool, str | None]:
+def excluded(method: str, verdict: int, check: TeacherCheck, config: TeacherCheckConfig) -> tuple[bool, str | None]:
     """What a check does to a hinted turn: ``(strip the teacher term, drop reason or None)``. A hint
     the teacher does not follow trains no teacher term (``unfollowed: skip``); the turn is dropped
     when nothing else is left to learn from it (OPD, or Combine with a zero verdict), or always
     (``unfollowed: drop``: its -1 verdicts alone lengthened and degraded answers, docs/learning.md)."""
-    if check.follows or config.unfollowed == "train":
+    if check.follows or config.unfollowed is Unfollowed.TRAIN:
         return False, None
-    if config.unfollowed == "drop" or method == Method.OPD or verdict == 0:
+    if config.unfollowed is Unfollowed.DROP or Method.parse(method) is Method.OPD or verdict == 0:
         return True, check.reason
     return True, None

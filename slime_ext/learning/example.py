@@ -1,0 +1,96 @@
+"""The record that flows through the learning pipeline: one judged turn as a trainable ``Example``.
+
+An ``Example`` is read from the store once (``Example.from_row``) and never changed in place: each
+stage returns a new one (``dataclasses.replace``) with what it adds, the teacher stage its
+``Teaching`` (the hinted prompt, the teacher's log-probs of the recorded response, and what a
+distillation kind needs besides). ``sample()`` is the example as a Slime ``Sample``: exactly the
+recorded token ids and log-probs, never re-tokenized, with the temperature they were sampled at
+(``metadata["temperature"]``) and the teacher's, when it has one. Both drivers train Samples.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from slime_ext.types import JudgedTurn, Sample
+
+Key = tuple[str, int]  # (session id, turn index): a turn's identity in the store
+
+
+@dataclass(frozen=True)
+class Request:
+    """What renders the turn's prompt again (the teacher's prompt is it with a hint): the request's
+    messages, tools, tool_choice and chat-template arguments as the server rendered them."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    template_kwargs: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Teaching:
+    """What the teacher stage attached: the hinted prompt and the teacher's scores of the recorded response."""
+
+    prompt_ids: list[int]
+    logprobs: list[float]  # the teacher's log-prob of each response token, at the turn's sampling temperature
+    topk: Any = None  # what a distillation kind needs besides: a TopK, full log-probs [r, V], or a SelectedSupport
+    hints: tuple[str, ...] = ()
+    selection: dict[str, Any] | None = None  # topk_select: the candidates and which taught where
+
+
+@dataclass(frozen=True)
+class Example:
+    session_id: str
+    turn: int
+    user: str | None
+    prompt_ids: list[int]
+    response_ids: list[int]
+    rollout_logprobs: list[float]  # recorded when the tokens were sampled
+    verdict: int  # -1, 0 or +1
+    hint: str | None  # the accepted hindsight hint
+    hint_judged_at: float | None  # None: not judged for hints
+    policy_version: int  # the version that sampled the first token
+    policy_version_end: int
+    temperature: float | None  # the sampling temperature (None: unknown)
+    finish_reason: str
+    request: Request
+    failures: int = 0  # training steps that raised with this turn in them
+    refusals: int = 0  # catch-up steps the canary refused with this turn in them
+    teaching: Teaching | None = None
+
+    @property
+    def key(self) -> Key:
+        return self.session_id, self.turn
+
+    @classmethod
+    def from_row(cls, row: JudgedTurn) -> Example:
+        """A judged turn as the store reads it back (``Store.trainable_turns``, ``replay_turns``)."""
+        sampling = row.get("sampling") or {}
+        return cls(session_id=row["session_id"], turn=row["idx"], user=row.get("user"),
+                   prompt_ids=list(row["prompt_token_ids"]), response_ids=list(row["response_token_ids"]),
+                   rollout_logprobs=list(row["response_logprobs"]), verdict=int(row["verdict"] or 0),
+                   hint=row.get("hint"), hint_judged_at=row.get("hint_judged_at"),
+                   policy_version=row["policy_version"], policy_version_end=row["policy_version_end"],
+                   temperature=sampling.get("temperature"), finish_reason=row.get("finish_reason") or "",
+                   request=Request(row.get("messages") or [], row.get("tools"), row.get("tool_choice"),
+                                   sampling.get("chat_template_kwargs")),
+                   failures=int(row.get("failures") or 0), refusals=int(row.get("refusals") or 0))
+
+    def taught(self, teaching: Teaching | None) -> Example:
+        """This example with ``teaching`` (None: trained like an unhinted turn)."""
+        return dataclasses.replace(self, teaching=teaching)
+
+    def sample(self) -> Sample:
+        """The example as a Slime ``Sample``: the recorded tokens and log-probs, its verdict as the reward,
+        the teacher's log-probs (and top-k) when it has them, and the temperature it was sampled at."""
+        t = self.teaching
+        return Sample(
+            tokens=self.prompt_ids + self.response_ids, response_length=len(self.response_ids),
+            loss_mask=[1] * len(self.response_ids), rollout_log_probs=list(self.rollout_logprobs),
+            teacher_log_probs=list(t.logprobs) if t else None, reward=float(self.verdict), session_id=self.session_id,
+            metadata={"session_id": self.session_id, "turn": self.turn, "user": self.user,
+                      "teacher_topk": t.topk if t else None, "policy_version": self.policy_version,
+                      "policy_version_end": self.policy_version_end, "temperature": self.temperature})

@@ -1,0 +1,237 @@
+"""The learning pipeline: judged turns chosen for a step -> the samples the optimizer sees.
+
+One example, top to bottom (``Pipeline.prepare``):
+
+    Example.from_row(store row)                 learning/example.py   (the driver reads the store)
+    select(...) -> candidates, drops            learning/select.py    (the driver writes the drops)
+    for each candidate, until the step is full:
+        teach: the teacher's log-probs under the hint (topk_select: of each candidate hint)
+                                                learning/teacher.py
+        check: does the teacher follow the hint; an unfollowed one is dropped or loses its term
+                                                learning/teachability.py
+    groups: fresh samples and their implicit rewards; context-distillation demonstrations
+                                                learning/groups.py
+    replay: each user's earlier turns under all of their standing preferences
+                                                learning/replay.py
+    -> Prepared: one group of samples per taken turn, the replayed samples, and what to record
+    advantages and the loss over them           learning/objective.py (the driver's step calls it)
+
+The stages never write: ``Prepared`` says what the driver records, with ``record`` (drops with their
+reasons, teacher checks, teacher log-probs) and ``set_back`` (turns whose preparation, or whose step,
+raised: counted, and set aside at the second time so that one turn can never stop learning). The same pipeline runs in the embedded
+trainer (``trainers/loop.py``, torch ``Scorer``s) and in Slime's rollout hook (``hooks/rollout.py``,
+``EngineScorer``s on SGLang); a setting one of them cannot honour is refused when it starts.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from slime_ext.judge.backends import error_text
+from slime_ext.judge.hints import candidate_hints, parse_hint
+from slime_ext.learning.example import Example, Key
+from slime_ext.learning.groups import build_group, demonstration
+from slime_ext.learning.replay import replay_examples, replay_sample
+from slime_ext.learning.scorers import Scorer
+from slime_ext.learning.select import Drop
+from slime_ext.learning.settings import LearningConfig
+from slime_ext.learning.teachability import TeacherChecker, excluded
+from slime_ext.learning.teacher import TeacherTerm, teach, teach_candidates
+from slime_ext.types import Distill, Sample, Unfollowed
+
+
+@dataclass
+class Prepared:
+    """What ``Pipeline.prepare`` made of one step's candidates."""
+
+    taken: list[Example] = field(default_factory=list)  # the judged turns the step trains on
+    groups: list[list[Sample]] = field(default_factory=list)  # per taken turn: its sample, then fresh ones
+    replayed: list[Sample] = field(default_factory=list)
+    replay_skipped: list[str] = field(default_factory=list)  # earlier turns replay could not teach, and why
+    dropped: list[Drop] = field(default_factory=list)
+    failed: list[tuple[Example, str]] = field(default_factory=list)  # preparing the turn raised (and the error)
+    checks: list[tuple[Key, str, dict[str, Any]]] = field(default_factory=list)  # teacher checks to store
+    scored: list[tuple[Key, list[float]]] = field(default_factory=list)  # teacher log-probs to store
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def samples(self) -> list[Sample]:
+        """Everything the optimizer sees, groups in order, then the replayed turns."""
+        return [s for group in self.groups for s in group] + self.replayed
+
+
+class Pipeline:
+    """The stages over one driver's scorers: ``policy`` (the current weights: fresh samples, pi_old) and
+    ``teacher`` (the weights shown the hint). ``store`` is only read (hint votes, preferences, earlier turns)."""
+
+    def __init__(self, config: LearningConfig, renderer, store, *, policy: Scorer, teacher: Scorer,
+                 context: int = 0) -> None:
+        self.config = config
+        self.renderer = renderer
+        self.store = store
+        self.policy = policy
+        self.teacher = teacher
+        self.context = context
+        self.term = TeacherTerm(config.distill, config.topk, config.topk_support, config.topk_select_rule,
+                                config.opd_clip)
+        self.checker = TeacherChecker(config.teacher_check, renderer.tokenizer) if renderer is not None else None
+
+    def prepare(self, candidates: list[Example], size: int, minimum: int, version: int) -> Prepared:
+        """Up to ``size`` of ``candidates`` taught and checked, grouped, with the replayed turns; nothing is
+        taken when fewer than ``minimum`` could be (the drops and checks are still returned)."""
+        out = Prepared()
+        if len(candidates) < minimum:
+            return out
+        for ex in candidates:
+            if len(out.taken) == size:
+                break
+            try:
+                ex, why = self.teach(ex, out)
+            except Exception as e:  # this turn's preparation raised: the driver counts it (set aside twice)
+                out.failed.append((ex, error_text(e)))
+                continue
+            (out.dropped.append((ex.key, why)) if why else out.taken.append(ex))
+        for ex in list(out.taken) if len(out.taken) >= minimum else []:
+            try:
+                out.groups.append(self.group(ex, version, out))
+            except Exception as e:
+                out.taken.remove(ex)
+                out.failed.append((ex, error_text(e)))
+        if len(out.taken) < minimum:
+            out.taken, out.groups = [], []
+            return out
+        out.replayed = self.replay(out)
+        out.metrics.update(self.metrics(out))
+        return out
+
+    # ------------------------------------------------------------------ teach and check
+    def teach(self, ex: Example, out: Prepared) -> tuple[Example, str | None]:
+        """The teacher stage and the teacher check for one hinted example (OPD / Combine); why it is dropped."""
+        if not (ex.hint and self.config.method.uses_hints):
+            return ex, None
+        if self.config.distill is Distill.TOPK_SELECT:
+            ex, why = teach_candidates(ex, self.candidate_hints(ex), renderer=self.renderer, teacher=self.teacher,
+                                       policy=self.policy, term=self.term, context=self.context)
+        else:
+            ex, why = teach(ex, ex.hint, renderer=self.renderer, teacher=self.teacher, term=self.term,
+                            context=self.context)
+        if why is not None:
+            return ex, why
+        out.scored.append((ex.key, ex.teaching.logprobs))
+        return self.check(ex, out)
+
+    def candidate_hints(self, ex: Example) -> list[str]:
+        """``distill: topk_select``: the accepted hint first, then the other hint votes' (``hint_m`` at most)."""
+        texts = self.store.hint_vote_texts(ex.session_id, ex.turn) if self.config.hint_m > 1 else []
+        return candidate_hints(ex.hint, [parse_hint(t) for t in texts], self.config.hint_m)
+
+    def check(self, ex: Example, out: Prepared) -> tuple[Example, str | None]:
+        """Does the hinted teacher follow the example's hint; an unfollowed one loses its teacher term
+        (``unfollowed: skip``) or the example is dropped (``drop``; OPD or a zero verdict: nothing left)."""
+        cfg = self.config.teacher_check
+        if not cfg.enabled:
+            return ex, None
+        check = self.checker.check(self.teacher, ex.prompt_ids, ex.teaching.prompt_ids, ex.hint, self.context)
+        out.checks.append((ex.key, ex.hint, check.record()))
+        strip, why = excluded(self.config.method, ex.verdict, check, cfg)
+        return (ex.taught(None) if strip else ex), why
+
+    def replays_hint(self, hint: str) -> bool:
+        """Whether replay teaches ``hint``: not when the teacher check found the teacher does not follow it
+        (unless ``unfollowed: train``); a hint not measured yet is replayed."""
+        cfg = self.config.teacher_check
+        if not cfg.enabled or cfg.unfollowed is Unfollowed.TRAIN:
+            return True
+        return self.checker.follows(hint) is not False
+
+    # ------------------------------------------------------------------ groups and replay
+    def group(self, ex: Example, version: int, out: Prepared) -> list[Sample]:
+        """The taken example's sample, its fresh group members (``group_size`` > 1) and demonstrations
+        (``sft_coef`` > 0); an unhinted example is a group of one."""
+        sample, cfg = ex.sample(), self.config
+        if ex.teaching is None or (cfg.groups.size <= 1 and not cfg.sft_coef):
+            return [sample]
+        seed = zlib.crc32(f"{version}:{ex.session_id}:{ex.turn}".encode())  # reproducible
+        members = [sample]
+        if cfg.groups.size > 1:
+            members, record = build_group(ex, sample, policy=self.policy, teacher=self.teacher, term=self.term,
+                                          config=cfg.groups, version=version, context=self.context, seed=seed)
+            out.metrics.setdefault("group_records", []).append(record)
+        for j in range(cfg.sft_samples if cfg.sft_coef else 0):
+            demo = demonstration(ex, teacher=self.teacher, policy=self.policy, config=cfg.groups,
+                                 sft_coef=cfg.sft_coef, version=version, context=self.context, seed=seed + 1 + j)
+            members += [demo] if demo is not None else []
+        return members
+
+    def replay(self, out: Prepared) -> list[Sample]:
+        """The taken turns' users' earlier turns, taught under all of each user's standing preferences."""
+        if not self.config.replay.turns:
+            return []
+        samples, skipped = [], []
+        for ex, hints in replay_examples(self.store, out.taken, self.config.replay.turns, keep=self.replays_hint):
+            taught, why = teach(ex, hints, renderer=self.renderer, teacher=self.teacher, term=self.term,
+                                context=self.context)
+            if why is None:
+                samples.append(replay_sample(taught))  # not stored: a turn keeps its own teacher's
+            else:
+                skipped.append(f"{ex.session_id}/{ex.turn}: {why}")
+        out.replay_skipped = skipped
+        return samples
+
+    # ------------------------------------------------------------------ metrics
+    @staticmethod
+    def metrics(out: Prepared) -> dict[str, Any]:
+        """What the stages add to a step's metrics: hinted turns and the teacher gap, groups (formed,
+        constant, fresh samples and their mean implicit reward), context distillation, topk_select's choices."""
+        m: dict[str, Any] = {}
+        if out.checks:  # the teacher checks of this step: seconds spent, hints the teacher does not follow
+            m.update(teacher_check_s=sum(c["seconds"] for _, _, c in out.checks),
+                     hints_unfollowed=sum(not c["follows"] for _, _, c in out.checks))
+        hinted = [ex for ex in out.taken if ex.teaching is not None]
+        m["hinted_turns"] = len(hinted)
+        if hinted:
+            gaps = [t - o for ex in hinted for t, o in zip(ex.teaching.logprobs, ex.rollout_logprobs)]
+            m["teacher_gap_mean"] = sum(gaps) / len(gaps)
+        selected = [ex.teaching.selection for ex in hinted if ex.teaching.selection]
+        if selected:
+            m["topk_select"] = selected
+        samples = out.samples
+        sft = [s.response_length for s in samples if s.metadata.get("sft")]
+        if sft:
+            m.update(sft_samples=len(sft), sft_tokens=sum(sft))
+        records = out.metrics.get("group_records")
+        if records:
+            fresh = [float(s.reward) for s in samples if s.metadata.get("fresh")]
+            m.update(groups=len(records), constant_groups=sum(r["dropped"] is not None for r in records),
+                     fresh_samples=len(fresh), fresh_reward_mean=sum(fresh) / len(fresh) if fresh else 0.0)
+        return m
+
+
+FAILURES_TO_SET_ASIDE = 2  # failed steps a turn may be in before it is set aside
+
+
+def record(store, dropped: list[Drop], prepared: Prepared) -> None:
+    """What a driver stores of a prepared step (``records`` shows it): the drops with their reasons, the
+    teacher checks, the teacher log-probs; and the turns whose preparation raised (``set_back``)."""
+    for (session_id, turn), why in dropped + prepared.dropped:
+        store.mark_dropped(session_id, turn, why)
+    for (session_id, turn), hint, check in prepared.checks:
+        store.record_teacher_check(session_id, turn, hint, check)
+    for (session_id, turn), logprobs in prepared.scored:
+        store.set_teacher_logprobs(session_id, turn, logprobs)
+    for ex, error in prepared.failed:
+        set_back(store, [ex], error)
+
+
+def set_back(store, examples: list[Example], error: str) -> list[Example]:
+    """Preparing or training a step raised with these turns: count it against each; a turn now in
+    ``FAILURES_TO_SET_ASIDE`` failed steps is set aside (dropped with the error) so that it cannot stop learning
+    again. Returns those set aside."""
+    store.record_setback([ex.key for ex in examples], "failures", f"a training step failed: {error}")
+    aside = [ex for ex in examples if ex.failures + 1 >= FAILURES_TO_SET_ASIDE]
+    for ex in aside:
+        store.mark_dropped(ex.session_id, ex.turn, f"set aside: training failed {ex.failures + 1} times with this "
+                                                   f"turn: {error}")
+    return aside
