@@ -16,9 +16,9 @@ source "$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)/../scrip
 openclaw_settings binary
 openclaw_build_args
 
-# Binary RL uses Slime's built-in PPO policy loss (--loss-type policy_loss, the default): with GRPO_ARGS
-# (grpo, --disable-rewards-normalization, no --normalize-advantages) the advantage of every token is the
-# verdict itself, and --use-rollout-logprobs takes the ratio against the recorded log-probs.
+# Binary RL runs the one custom loss of every method (slime_ext.hooks.loss.openclaw_loss: the embedded
+# trainer's PPO with its dual clip): the advantage of every token is the verdict (minus the running baseline
+# with baseline: running), and the ratio is taken against the recorded log-probs.
 
 openclaw_common_config
 openclaw_launch

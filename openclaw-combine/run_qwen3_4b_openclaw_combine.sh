@@ -18,13 +18,8 @@ source "$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)/../scrip
 openclaw_settings combine
 openclaw_build_args
 
-# Advantages from GRPO_ARGS (the verdict on every token) reach the custom loss as batch["advantages"];
-# it adds the teacher term from Sample.teacher_log_probs, weighted by w_rl / w_opd from the plugin config.
-GRPO_ARGS+=(
-   --loss-type custom_loss
-   --custom-loss-function-path "${LOSS_FUNCTION:-slime_ext.hooks.loss.combine_loss}"
-)
-
+# The rollout hook computes each token's advantage with the embedded trainer's pipeline (the verdict, and the
+# teacher's gap under the hint, weighted by w_rl / w_opd from the plugin config); the custom loss applies it.
 openclaw_common_config
 openclaw_opd_config "${W_RL:-1.0}" "${W_OPD:-1.0}"
 openclaw_launch

@@ -14,14 +14,14 @@
 #   openclaw-rl serve --distill topk_select --hint-m 3 --judge-votes 3 --topk 4 --topk-support student \
 #      --topk-select-rule sequence_optimal --opd-clip 1.0 ...
 #
-# and this script runs the token-level reduction (TOPK_SELECT=token, the default, said in its output),
-# which Slime can carry; any other TOPK_SELECT is refused before anything starts. The reduction: the support is the sampled token (K = 1, its softmax
-# weight 1), the candidate is the accepted hint (with one candidate every selection rule picks it), and the
-# advantage is clip(teacher - rollout, +-OPD_CLIP) with OPD_CLIP = 1.0 (upstream's launcher), PPO-clipped
-# (0.2 / 0.28) on its own and added to the verdict's PPO loss: w_rl * L_GRPO + w_opd * L_OPD
-# (slime_ext.hooks.loss.topk_select_token_loss). It differs from upstream's in two more ways: the ratio
-# is taken against the recorded log-probs (--use-rollout-logprobs), and the teacher is the current
-# policy scored through SGLang, not the frozen base model.
+# and this script runs the token-level reduction (TOPK_SELECT=token, the default, said in its output), which
+# Slime can carry and the embedded backend runs too (--distill topk_select_token); any other TOPK_SELECT is
+# refused before anything starts. The reduction: the support is the sampled token (K = 1, its softmax weight 1),
+# the candidate is the accepted hint (with one candidate every selection rule picks it), and the advantage is
+# clip(teacher - rollout, +-OPD_CLIP) with OPD_CLIP = 1.0 (upstream's launcher), PPO-clipped (0.2 / 0.28) on its
+# own and added to the verdict's PPO loss: w_rl * L_GRPO + w_opd * L_OPD (learning/objective.py, the one custom
+# loss). It differs from upstream's in two more ways: the ratio is taken against the recorded log-probs
+# (--use-rollout-logprobs), and the teacher is the current policy scored through SGLang, not the frozen base model.
 #
 #   DRY_RUN=1 bash ../openclaw-combine/run_qwen3_4b_openclaw_topk_select.sh   # print the commands
 #
@@ -37,14 +37,9 @@ case "${TOPK_SELECT:-token}" in
 esac
 
 openclaw_settings combine
-openclaw_note "topk_select, token-level reduction (TOPK_SELECT=token; the full recipe with several candidate hints and top-K supports runs on the embedded backend: openclaw-rl serve --distill topk_select): support = the sampled token, one candidate hint (the accepted one), loss w_rl * L_PPO(verdict) + w_opd * L_PPO(clip(teacher - rollout, +-${OPD_CLIP:-1.0}))"
+openclaw_note "topk_select, token-level reduction (TOPK_SELECT=token, distill: topk_select_token; the full recipe with several candidate hints and top-K supports runs on the embedded backend: openclaw-rl serve --distill topk_select): support = the sampled token, one candidate hint (the accepted one), loss w_rl * L_PPO(verdict) + w_opd * L_PPO(clip(teacher - rollout, +-${OPD_CLIP:-1.0}))"
 openclaw_build_args
 
-GRPO_ARGS+=(
-   --loss-type custom_loss
-   --custom-loss-function-path "${LOSS_FUNCTION:-slime_ext.hooks.loss.topk_select_token_loss}"
-)
-
 openclaw_common_config
-OPD_CLIP="${OPD_CLIP:-1.0}" openclaw_opd_config "${W_RL:-1.0}" "${W_OPD:-1.0}"
+DISTILL=topk_select_token OPD_CLIP="${OPD_CLIP:-1.0}" openclaw_opd_config "${W_RL:-1.0}" "${W_OPD:-1.0}"
 openclaw_launch

@@ -21,11 +21,6 @@ openclaw_build_args
 # The teacher term needs the per-token teacher log-probs (Sample.teacher_log_probs, set by the reward
 # post-process hook) inside the loss: our custom loss, not Slime's --use-opd (which would add the same
 # term a second time to the advantages).
-GRPO_ARGS+=(
-   --loss-type custom_loss
-   --custom-loss-function-path "${LOSS_FUNCTION:-slime_ext.hooks.loss.combine_loss}"
-)
-
 openclaw_common_config
 openclaw_opd_config 0 "${W_OPD:-1.0}"
 openclaw_launch

@@ -136,6 +136,7 @@ agent_settings() {
    SAVE_INTERVAL="${SAVE_INTERVAL:-20}"
    LR="${LR:-1e-6}"
    KL_COEF="${KL_COEF:-0}"
+   TIS_CAP=0 # the agent settings train with Slime's own loss; TIS there is Slime's --use-tis
    RAY_DASHBOARD_PORT="${RAY_DASHBOARD_PORT:-8265}"
    local name
    for name in MAX_TURNS N_SAMPLES_PER_PROMPT ROLLOUT_BATCH_SIZE NUM_ROLLOUT MAX_RESPONSE_LEN CONTEXT_LENGTH \

@@ -8,8 +8,8 @@
 # Sourced by the method scripts (and by scripts/slime_agents.sh, which reuses the helpers and the
 # "shared with" section below), never run by itself. A method script sources this file and calls, in order:
 #   openclaw_settings METHOD     settings from the environment, checks, GPU split, run directory
-#   openclaw_build_args          the Slime argument arrays (MODEL_ARGS from Slime's file, CKPT_ARGS, ...)
-#   (the method's own additions to GRPO_ARGS: the loss)
+#   openclaw_build_args          the Slime argument arrays (MODEL_ARGS from Slime's file, CKPT_ARGS, ...;
+#                                the one custom loss, slime_ext.hooks.loss.openclaw_loss, for every method)
 #   openclaw_common_config       the plugin settings every method has (openclaw_yaml_num / _str / _secret)
 #   openclaw_opd_config W_RL W_OPD   (OPD and Combine) their weights, clip and teacher
 #   openclaw_launch              writes the plugin config, then starts (or, with DRY_RUN=1, prints) everything
@@ -35,10 +35,18 @@
 #   RUN_DIR          run directory: plugin config, records, Megatron checkpoints (default runs/slime-<time>
 #                    in this repository)
 #   DRY_RUN=1        print every command (and the plugin config, secrets hidden) without running anything
-# More knobs: ROLLOUT_BATCH_SIZE, MAX_STALENESS, LR, KL_COEF, CONTEXT_LENGTH, MAX_RESPONSE_LEN, ACTOR_TP,
-# ROLLOUT_GPUS_PER_ENGINE, SAVE_DIR, SAVE_INTERVAL, NUM_ROLLOUT, MODEL_ARGS_ROTARY_BASE, SERVED_MODEL_NAME,
-# JUDGE_PORT, JUDGE_TP, JUDGE_START_TIMEOUT, MASTER_ADDR, RAY_DASHBOARD_PORT, REUSE_RAY, KEEP_RAY, W_RL,
-# W_OPD, OPD_CLIP, DISTILL (token only), SAMPLING_DEFAULTS and ROLLOUT_TEMPERATURE (below).
+# More knobs: ROLLOUT_BATCH_SIZE, LR, KL_COEF (the plugin's kl_coef and Slime's --use-kl-loss, which loads the
+# reference model), TIS_CAP (the plugin's tis_cap and --get-mismatch-metrics, which makes Slime recompute the
+# old log-probs), CONTEXT_LENGTH, MAX_RESPONSE_LEN, ACTOR_TP, ROLLOUT_GPUS_PER_ENGINE, SAVE_DIR, SAVE_INTERVAL,
+# NUM_ROLLOUT, MODEL_ARGS_ROTARY_BASE, SERVED_MODEL_NAME, JUDGE_PORT, JUDGE_TP, JUDGE_START_TIMEOUT, MASTER_ADDR,
+# RAY_DASHBOARD_PORT, REUSE_RAY, KEEP_RAY, W_RL, W_OPD, OPD_CLIP, DISTILL (token or topk_select_token),
+# SAMPLING_DEFAULTS and ROLLOUT_TEMPERATURE (below).
+#
+# The learning is the embedded backend's, written once (slime_ext/learning/): the rollout hook runs its pipeline
+# and the one custom loss its objective; a setting Slime cannot run the same way is refused by name when the
+# rollout starts (slime_ext/hooks/config.py). One thing Slime runs without: the canary. Its train.py pushes
+# every step's weights to SGLang (actor_model.update_weights()) with no hook between the step and the push, so
+# nothing can hold a version back; the plugin config says canary: false, and the script says so when it starts.
 #
 # Temperature: Slime's trainer scores every sample at one --rollout-temperature (ROLLOUT_TEMPERATURE,
 # default 1.0), so the turns must be sampled at it. Requests that name no temperature get
@@ -186,10 +194,20 @@ openclaw_preflight() {
    fi
 }
 
-# GRPO_ARGS += KL to the reference model, only when asked for: it loads a second copy of the model.
+# Is this number zero (0, 0.0, 0e5, ...)?
+openclaw_is_zero() {
+   [[ $1 =~ ^0*[.]?0*([eE][-+]?[0-9]+)?$ ]]
+}
+
+# GRPO_ARGS += what the plugin's kl_coef and tis_cap need Slime to compute, only when asked for: the reference
+# model's log-probs (--use-kl-loss loads a second copy of the model) and the old log-probs (--get-mismatch-metrics
+# recomputes them with the current weights before the step); the custom loss takes the weights from the plugin.
 openclaw_kl_args() {
-   if [[ ! $KL_COEF =~ ^0*[.]?0*([eE][-+]?[0-9]+)?$ ]]; then
+   if ! openclaw_is_zero "$KL_COEF"; then
       GRPO_ARGS+=(--use-kl-loss --kl-loss-coef "${KL_COEF}" --kl-loss-type low_var_kl)
+   fi
+   if ! openclaw_is_zero "$TIS_CAP"; then
+      GRPO_ARGS+=(--get-mismatch-metrics)
    fi
 }
 
@@ -379,7 +397,6 @@ openclaw_settings() {
    HOST="${HOST:-0.0.0.0}"
    API_KEY="${API_KEY:-}"
    ROLLOUT_BATCH_SIZE="${ROLLOUT_BATCH_SIZE:-16}"
-   MAX_STALENESS="${MAX_STALENESS:-4}"
    CONTEXT_LENGTH="${CONTEXT_LENGTH:-32768}"
    MAX_RESPONSE_LEN="${MAX_RESPONSE_LEN:-8192}"
    MAX_TOKENS_PER_GPU="${MAX_TOKENS_PER_GPU:-$CONTEXT_LENGTH}"
@@ -387,17 +404,18 @@ openclaw_settings() {
    SAVE_INTERVAL="${SAVE_INTERVAL:-20}"
    LR="${LR:-1e-6}"
    KL_COEF="${KL_COEF:-0}"
+   TIS_CAP="${TIS_CAP:-0}"
    SAMPLING_DEFAULTS="${SAMPLING_DEFAULTS:-openai}"
    ROLLOUT_TEMPERATURE="${ROLLOUT_TEMPERATURE:-1.0}"
    RAY_DASHBOARD_PORT="${RAY_DASHBOARD_PORT:-8265}"
    local name
-   for name in PORT JUDGE_PORT ROLLOUT_BATCH_SIZE MAX_STALENESS CONTEXT_LENGTH MAX_RESPONSE_LEN MAX_TOKENS_PER_GPU \
+   for name in PORT JUDGE_PORT ROLLOUT_BATCH_SIZE CONTEXT_LENGTH MAX_RESPONSE_LEN MAX_TOKENS_PER_GPU \
       NUM_ROLLOUT SAVE_INTERVAL JUDGE_START_TIMEOUT RAY_DASHBOARD_PORT; do
       openclaw_is_uint "${!name}" || openclaw_die "${name}=${!name}: expected a whole number"
    done
    [[ $SAMPLING_DEFAULTS == openai || $SAMPLING_DEFAULTS == model ]] ||
       openclaw_die "SAMPLING_DEFAULTS=${SAMPLING_DEFAULTS}: expected openai or model"
-   for name in LR KL_COEF ROLLOUT_TEMPERATURE; do
+   for name in LR KL_COEF TIS_CAP ROLLOUT_TEMPERATURE; do
       openclaw_is_number "${!name}" || openclaw_die "${name}=${!name}: expected a number"
    done
    ((ROLLOUT_BATCH_SIZE >= 1)) || openclaw_die "ROLLOUT_BATCH_SIZE must be at least 1"
@@ -464,6 +482,9 @@ openclaw_build_args() {
    #   --normalize-advantages with it, slime/utils/arguments.py, which would whiten the verdicts).
    # --use-rollout-logprobs: the PPO ratio is taken against the log-probs recorded when the turn was
    # sampled, so a turn sampled by an older version (async training, staleness) is corrected.
+   # The loss is ours for every method (the embedded trainer's objective: learning/objective.py); it reads each
+   # token's advantage from what the rollout hook computed, and Slime's advantages only for the verdict term of
+   # DISTILL=topk_select_token. --eps-clip / --eps-clip-high are the values it clips at (the plugin refuses others).
    GRPO_ARGS=(
       --advantage-estimator grpo
       --disable-rewards-normalization
@@ -471,6 +492,8 @@ openclaw_build_args() {
       --entropy-coef 0.00
       --eps-clip 0.2
       --eps-clip-high 0.28
+      --loss-type custom_loss
+      --custom-loss-function-path "${LOSS_FUNCTION:-slime_ext.hooks.loss.openclaw_loss}"
    )
    openclaw_kl_args
    openclaw_slime_common_args
@@ -513,20 +536,21 @@ openclaw_common_config() {
       openclaw_yaml_str judge_model "${JUDGE_MODEL}"
       if [[ -n $JUDGE_KEY ]]; then openclaw_yaml_secret judge_key "${JUDGE_KEY}"; fi
    fi
-   openclaw_yaml_num batch_size "${ROLLOUT_BATCH_SIZE}"
-   openclaw_yaml_num max_staleness "${MAX_STALENESS}"
-   openclaw_yaml_num lora_rank 0 # Slime trains full weights
-   openclaw_yaml_num context_length "${CONTEXT_LENGTH}"
    openclaw_yaml_num max_tokens_cap "${MAX_RESPONSE_LEN}"
    openclaw_yaml_str sampling_defaults "${SAMPLING_DEFAULTS}"
+   openclaw_yaml_num kl_coef "${KL_COEF}"
+   openclaw_yaml_num tis_cap "${TIS_CAP}"
+   # No gate on Slime (see the top of this file): said here, so the plugin does not refuse the default.
+   OPENCLAW_YAML+=("  canary: false")
+   OPENCLAW_YAML_SHOWN+=("  canary: false")
 }
 
-# OPD / Combine settings: openclaw_opd_config W_RL W_OPD. Only token-level distillation: Slime carries one
-# teacher log-prob per response token to the trainer (Sample.teacher_log_probs), no teacher top-k.
+# OPD / Combine settings: openclaw_opd_config W_RL W_OPD. Only the distillation kinds whose teacher term is per
+# token: Slime carries one float per response token to the loss (Sample.teacher_log_probs), no teacher top-k.
 openclaw_opd_config() {
    local distill="${DISTILL:-token}"
-   [[ $distill == token ]] ||
-      openclaw_die "DISTILL=${distill}: on Slime only token-level distillation is available (top-k distillation is the embedded backend's)"
+   [[ $distill == token || $distill == topk_select_token ]] ||
+      openclaw_die "DISTILL=${distill}: on Slime only the token-level teacher terms run (token, topk_select_token); top-k distillation is the embedded backend's"
    openclaw_yaml_num w_rl "$1"
    openclaw_yaml_num w_opd "$2"
    openclaw_yaml_num opd_clip "${OPD_CLIP:-5.0}"
@@ -740,6 +764,7 @@ openclaw_launch() {
    openclaw_note "judge: ${JUDGE}${JUDGE_URL:+ at ${JUDGE_URL}}${JUDGE_MODEL:+ (model ${JUDGE_MODEL})}"
    openclaw_note "server: http://${HOST}:${PORT}/v1 (model ${SERVED_MODEL_NAME}), API key: $([[ -n $API_KEY ]] && echo 'set (in the config file only)' || echo 'none: anyone who can reach the port can use it')"
    openclaw_note "run directory: ${RUN_DIR}"
+   openclaw_note "no canary on Slime: its train.py pushes every step's weights to SGLang with no hook to hold a version back (openclaw-rl serve gates each version; docs/slime.md)"
    openclaw_note "plugin config (mode 600): ${OPENCLAW_CONFIG}"
    printf '#   %s\n' "openclaw_rl:" "${OPENCLAW_YAML_SHOWN[@]}"
 

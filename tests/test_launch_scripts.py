@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from slime_ext.config import ServeConfig
-from slime_ext.hooks.config import PLUGIN_KEY, plugin_config
+from slime_ext.hooks.config import PLUGIN_KEY, plugin_config, plugin_mapping, slime_notes, slime_refusals
 from slime_ext.hooks.rollout import rollout_temperature_error
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +36,7 @@ ALL_SHELL = [*SCRIPTS.values(), TOPK_SELECT, COMMON]
 
 ROLLOUT_HOOK = "slime_ext.hooks.rollout.live_rollout"
 REWARD_HOOK = "slime_ext.hooks.reward.post_process_rewards"
-LOSS_HOOK = "slime_ext.hooks.loss.combine_loss"
+LOSS_HOOK = "slime_ext.hooks.loss.openclaw_loss"
 API_KEY = "sk-test-Secret'Key-42"
 JUDGE_KEY = "judge-Secret-Key-7"
 
@@ -133,6 +133,18 @@ def test_no_broad_kills_and_no_personal_paths(path):
 # --------------------------------------------------------------------------------------------- dry runs
 
 
+def slime_args(words: list[str]) -> SimpleNamespace:
+    """What Slime's argument parser makes of the flags the plugin checks (hooks/config.py)."""
+    value = lambda flag, default: _flag(words, flag) if flag in words else default  # noqa: E731
+    return SimpleNamespace(n_samples_per_prompt=int(value("--n-samples-per-prompt", 1)),
+                           rollout_temperature=float(value("--rollout-temperature", 1.0)),
+                           eps_clip=float(value("--eps-clip", 0.2)), eps_clip_high=float(value("--eps-clip-high", 0.28)),
+                           use_kl_loss="--use-kl-loss" in words, use_rollout_logprobs="--use-rollout-logprobs" in words,
+                           get_mismatch_metrics="--get-mismatch-metrics" in words,
+                           calculate_per_token_loss="--calculate-per-token-loss" in words,
+                           context_parallel_size=int(value("--context-parallel-size", 1)))
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_dry_run_prints_the_job_with_our_hooks_and_config(method, tmp_path):
     env = _base_env(tmp_path, DRY_RUN="1", PATH=str(_only_tools_bin(tmp_path)))
@@ -150,11 +162,8 @@ def test_dry_run_prints_the_job_with_our_hooks_and_config(method, tmp_path):
     assert "--use-rollout-logprobs" in words and "--colocate" not in words
     assert _flag(words, "--advantage-estimator") == "grpo" and "--disable-rewards-normalization" in words
     assert "--normalize-advantages" not in words and "--use-opd" not in words
-    if method == "binary":
-        assert "--custom-loss-function-path" not in words and "--loss-type" not in words
-    else:
-        assert _flag(words, "--loss-type") == "custom_loss"
-        assert _flag(words, "--custom-loss-function-path") == LOSS_HOOK
+    assert _flag(words, "--loss-type") == "custom_loss"  # every method: the embedded trainer's objective
+    assert _flag(words, "--custom-loss-function-path") == LOSS_HOOK
     # Slime's model arguments, from its scripts/models/qwen3-4B.sh
     assert _flag(words, "--num-layers") == "36" and _flag(words, "--rotary-base") == "1000000"
     assert _flag(words, "--actor-num-gpus-per-node") == "4" and _flag(words, "--rollout-num-gpus") == "2"
@@ -179,8 +188,12 @@ def test_dry_run_prints_the_job_with_our_hooks_and_config(method, tmp_path):
     cfg = plugin_config(args)
     assert cfg == ServeConfig.from_mapping(data["openclaw_rl"], str(config))
     assert (cfg.method, cfg.host, cfg.port, cfg.api_key) == (method, "0.0.0.0", 30000, API_KEY)
-    assert cfg.batch_size == int(_flag(words, "--rollout-batch-size")) == int(_flag(words, "--global-batch-size"))
-    assert cfg.run_dir == env["RUN_DIR"] and cfg.lora_rank == 0
+    assert int(_flag(words, "--rollout-batch-size")) == int(_flag(words, "--global-batch-size"))
+    assert cfg.run_dir == env["RUN_DIR"] and not cfg.canary.enabled
+    # the settings and Slime's flags pass the plugin's own check (hooks/config.py), and the script says plainly
+    # that Slime runs without the canary
+    assert slime_refusals(cfg, set(plugin_mapping(args)), slime_args(words)) == []
+    assert slime_notes(cfg, set(plugin_mapping(args))) == [] and "no canary on Slime" in out
     # the default 8-GPU split starts a judge SGLang server on the last two GPUs
     assert (cfg.judge, cfg.judge_url, cfg.judge_model) == ("openai", "http://127.0.0.1:31000/v1", "judge")
     assert "CUDA_VISIBLE_DEVICES=6,7 python3 -m sglang.launch_server" in out
@@ -212,7 +225,7 @@ def test_the_seeds_main_command_runs_from_a_slime_checkout_at_dot_slime(tmp_path
     assert "token-level reduction" in r.stdout and "openclaw-rl serve --distill topk_select" in r.stdout
     words = _submit_words(r.stdout)
     assert _flag(words, "--rollout-function-path") == ROLLOUT_HOOK
-    assert _flag(words, "--custom-loss-function-path") == "slime_ext.hooks.loss.topk_select_token_loss"
+    assert _flag(words, "--custom-loss-function-path") == LOSS_HOOK
     assert f"Slime: {slime}" in r.stdout
 
 
@@ -223,11 +236,13 @@ def test_topk_select_token_level_reduction_runs_its_own_loss_at_clip_one(tmp_pat
     assert "token-level reduction" in r.stdout and API_KEY not in r.stdout + r.stderr
     words = _submit_words(r.stdout)
     assert _flag(words, "--loss-type") == "custom_loss"
-    assert _flag(words, "--custom-loss-function-path") == "slime_ext.hooks.loss.topk_select_token_loss"
+    assert _flag(words, "--custom-loss-function-path") == LOSS_HOOK
     assert (_flag(words, "--eps-clip"), _flag(words, "--eps-clip-high")) == ("0.2", "0.28")
     assert _flag(words, "--rollout-function-path") == ROLLOUT_HOOK
-    cfg = ServeConfig.from_mapping(yaml.safe_load(Path(_flag(words, "--custom-config-path")).read_text())[PLUGIN_KEY], "x")
-    assert (cfg.method, cfg.w_rl, cfg.w_opd, cfg.opd_clip, cfg.distill) == ("combine", 1.0, 1.0, 1.0, "token")
+    data = yaml.safe_load(Path(_flag(words, "--custom-config-path")).read_text())[PLUGIN_KEY]
+    cfg = ServeConfig.from_mapping(data, "x")
+    assert (cfg.method, cfg.w_rl, cfg.w_opd, cfg.opd_clip, cfg.distill) == ("combine", 1.0, 1.0, 1.0, "topk_select_token")
+    assert slime_refusals(cfg, set(data), slime_args(words)) == []
     env["OPD_CLIP"] = "2"
     words = _submit_words(_run("topk_select", env, cwd=tmp_path).stdout)
     cfg = ServeConfig.from_mapping(yaml.safe_load(Path(_flag(words, "--custom-config-path")).read_text())[PLUGIN_KEY], "x")
@@ -250,7 +265,7 @@ def test_dry_run_with_an_external_judge(tmp_path):
     cfg = ServeConfig.from_mapping(data, "config")
     assert (cfg.judge, cfg.judge_url, cfg.judge_model, cfg.judge_key) == ("openai", "https://judge.example/v1",
                                                                           "big-judge", JUDGE_KEY)
-    assert (cfg.port, cfg.w_rl, cfg.w_opd, cfg.batch_size) == (31234, 0.5, 2.0, 8)
+    assert (cfg.port, cfg.w_rl, cfg.w_opd) == (31234, 0.5, 2.0)
 
 
 def test_dry_run_serving_at_the_models_temperature_trains_at_it(tmp_path):
@@ -494,3 +509,19 @@ def test_make_slime_clones_the_pinned_version_once_and_refuses_a_stranger(tmp_pa
     stranger = make()
     assert stranger.returncode != 0 and "not a Slime checkout" in stranger.stderr
     assert (work / "slime" / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("extra, flags, plugin", [
+    ({"KL_COEF": "0.05"}, ["--use-kl-loss"], {"kl_coef": 0.05}),
+    ({"TIS_CAP": "2"}, ["--get-mismatch-metrics"], {"tis_cap": 2.0}),
+])
+def test_kl_and_tis_set_the_plugin_setting_and_the_slime_flag_it_needs(tmp_path, extra, flags, plugin):
+    env = _base_env(tmp_path, DRY_RUN="1", PATH=str(_only_tools_bin(tmp_path)), **extra)
+    r = _run("combine", env)
+    assert r.returncode == 0, r.stderr
+    words = _submit_words(r.stdout)
+    assert all(f in words for f in flags)
+    data = yaml.safe_load(Path(_flag(words, "--custom-config-path")).read_text())[PLUGIN_KEY]
+    assert {k: data[k] for k in plugin} == plugin
+    cfg = ServeConfig.from_mapping(data, "x")
+    assert slime_refusals(cfg, set(data), slime_args(words)) == []
