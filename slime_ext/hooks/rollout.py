@@ -227,9 +227,6 @@ class LiveSource:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.store.close()
 
-    def _on_loop(self, coro, timeout_s: float | None = None):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
-
     # ----------------------------------------------------------------- samples
     def take(self, n: int, rollout_id: int, timeout_s: float | None = None) -> list[list[Sample]]:
         """Block until ``n`` judged turns are prepared by the pipeline; return their groups, as Slime samples."""
