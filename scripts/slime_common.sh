@@ -45,8 +45,9 @@
 # The learning is the embedded backend's, written once (slime_ext/learning/): the rollout hook runs its pipeline
 # and the one custom loss its objective; a setting Slime cannot run the same way is refused by name when the
 # rollout starts (slime_ext/hooks/config.py). One thing Slime runs without: the canary. Its train.py pushes
-# every step's weights to SGLang (actor_model.update_weights()) with no hook between the step and the push, so
-# nothing can hold a version back; the plugin config says canary: false, and the script says so when it starts.
+# every step's weights to SGLang (actor_model.update_weights()) and no hook can hold a version back (docs/slime.md:
+# the only one between writing and reading weights is for disk syncs, and can only publish or fail); the plugin
+# config says canary: false, and the script says so when it starts.
 #
 # Temperature: Slime's trainer scores every sample at one --rollout-temperature (ROLLOUT_TEMPERATURE,
 # default 1.0), so the turns must be sampled at it. Requests that name no temperature get

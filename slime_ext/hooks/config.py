@@ -103,6 +103,6 @@ def slime_notes(cfg: ServeConfig, given: set[str]) -> list[str]:
     """What Slime runs without, said plainly at start-up (not refused: the settings' defaults)."""
     if cfg.canary.enabled and "canary" not in given:
         return ["Slime runs without the canary gate: its train.py pushes every step's weights to SGLang "
-                "(actor_model.update_weights()) with no hook between the step and the push, so a version that "
+                "(actor_model.update_weights()) and no hook can hold one back (docs/slime.md), so a version that "
                 "regresses is served; the embedded backend (openclaw-rl serve) probes each version first"]
     return []

@@ -118,8 +118,8 @@ class TeacherCheckConfig:
 class CanaryConfig:
     """When a new version is refused (``trainers/canary.py: regressions``), and what the probe costs."""
 
-    _SLIME = ("Slime's train.py pushes every step's weights to SGLang (actor_model.update_weights()) with no hook "
-              "between the step and the push, so nothing can hold a version back; set canary: false")
+    _SLIME = ("Slime's train.py pushes every step's weights to SGLang (actor_model.update_weights()) and no hook can "
+              "hold a version back (docs/slime.md); set canary: false")
     enabled: bool = setting(True, "probe each trained version on a held-out canary set before it is served and keep "
                                   "the previous one if it regresses (docs/learning.md, 'Never worse')",
                             key="canary", group=LEARNING, drivers=EMBEDDED, slime=_SLIME)
