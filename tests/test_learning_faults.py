@@ -5,8 +5,11 @@ the store, HTTP), so each fails on the code before it."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import signal
+import time
 import urllib.request
 
 import pytest
@@ -15,6 +18,7 @@ import torch
 from slime_ext.config import ServeConfig
 from slime_ext.store import Store, export_records
 from slime_ext.trainers.loop import OnlineTrainer, wrap_lora
+from slime_ext.trainers.process import TrainerStatus, TrainerSupervisor
 from slime_ext.types import Turn
 from tests.test_learning_e2e import wait
 from tests.test_trainer_loop import record, record_hinted, tiny_model_and_renderer
@@ -175,3 +179,41 @@ def test_a_killed_trainer_is_started_again_and_reported(make_server):
         reply = srv.chat([u], seed=i)["choices"][0]["message"]["content"]
         srv.chat([u, {"role": "assistant", "content": reply}, {"role": "user", "content": feedback}], seed=100 + i)
     wait(lambda: srv.health()["policy_version"] >= 1, 240)
+
+
+class _Exited:
+    """A trainer process that has already exited with ``exitcode`` (as ``multiprocessing.Process`` shows it)."""
+
+    def __init__(self, exitcode: int) -> None:
+        self.exitcode, self.pid = exitcode, 4242
+
+    def is_alive(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("killed", [True, False])
+def test_the_supervisor_logs_only_the_error_of_the_process_that_exited(tmp_path, caplog, killed):
+    """A trainer killed from outside (SIGKILL: it records nothing) is logged without the last error an
+    earlier trainer left in trainer.json; a trainer that recorded its error is logged with it."""
+    TrainerStatus(tmp_path).failed(ValueError("an earlier trainer's error"))
+    time.sleep(0.01)
+
+    def start():
+        if not killed:
+            TrainerStatus(tmp_path).failed(ValueError("this trainer's error"))
+        return _Exited(-9 if killed else 1)
+
+    supervisor = TrainerSupervisor(start, tmp_path, backoff_s=0.01)
+    supervisor.start()
+
+    async def until_restarted():
+        task = asyncio.create_task(supervisor.run())
+        while supervisor.restarts < 1:
+            await asyncio.sleep(0.05)
+        task.cancel()
+
+    with caplog.at_level(logging.ERROR, logger="slime_ext.trainers.process"):
+        asyncio.run(asyncio.wait_for(until_restarted(), 10))
+    line = next(r.getMessage() for r in caplog.records if "the trainer exited" in r.getMessage())
+    assert "an earlier trainer's error" not in line
+    assert ("this trainer's error" in line) != killed

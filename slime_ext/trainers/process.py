@@ -51,10 +51,11 @@ class TrainerStatus:
         tmp.write_text(json.dumps(self.fields))
         tmp.replace(self.path)
 
-    def failed(self, error: BaseException, set_aside: list | None = None) -> None:
-        """Record an error that ends the process: its text, its traceback, and the turns it set aside."""
+    def failed(self, error: BaseException, step: bool = False, set_aside: list | None = None) -> None:
+        """Record an error that ends the process: its text, its traceback, whether a training step raised it
+        (counted in ``failed_steps``), and the turns it set aside."""
         text = f"{type(error).__name__}: {error}"
-        self.update(state="failed", failed_steps=self.fields.get("failed_steps", 0) + (set_aside is not None),
+        self.update(state="failed", failed_steps=self.fields.get("failed_steps", 0) + step,
                     last_error={"error": text[:500], "at": time.time(), "traceback": traceback.format_exc()[-4000:],
                                 "set_aside": [list(k) for k in set_aside or []]})
 
@@ -93,7 +94,7 @@ def trainer_main(model: str, run_dir: str, config, poll_s: float = 0.25, threads
         aside = trainer.set_back(e.examples, str(e))
         log.error("the training step of %d turns failed%s; restarting", len(e.examples),
                   f" (set aside: {[ex.key for ex in aside]})" if aside else "", exc_info=True)
-        status.failed(e.__cause__ or e, [ex.key for ex in aside])
+        status.failed(e.__cause__ or e, step=True, set_aside=[ex.key for ex in aside])
         raise SystemExit(1) from None
     except Exception as e:
         log.exception("the trainer stopped")
@@ -211,15 +212,16 @@ class TrainerSupervisor:
         self.run_dir = Path(run_dir)
         self.backoff_s, self.max_backoff_s, self.healthy_after_s = backoff_s, max_backoff_s, healthy_after_s
         self.process: multiprocessing.Process | None = None
-        self.started_at = 0.0
+        self.started_at = 0.0  # monotonic, for the back-off
+        self.started_wall = 0.0  # wall clock, to tell this process's error from an earlier one's
         self.restarts = 0
         self.last_exit: int | None = None
         self.state = "stopped"
         self._delay = backoff_s
 
     def start(self) -> None:
-        self.process = self._start()
-        self.started_at, self.state = time.monotonic(), "running"
+        self.started_at, self.started_wall = time.monotonic(), time.time()  # before: it may fail at once
+        self.process, self.state = self._start(), "running"
 
     def stop(self) -> None:
         if self.process is not None and self.process.is_alive():
@@ -237,6 +239,7 @@ class TrainerSupervisor:
             ran = time.monotonic() - self.started_at
             self._delay = self.backoff_s if ran >= self.healthy_after_s else self._delay
             error = read_trainer_status(self.run_dir).get("last_error") or {}
+            error = error if error.get("at", 0) >= self.started_wall else {}  # killed: it recorded nothing
             log.error("the trainer exited (code %s after %.0f s)%s; starting it again in %.0f s", self.last_exit, ran,
                       f": {error.get('error')}" if error else "", self._delay)
             self.state = "restarting"
