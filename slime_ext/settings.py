@@ -16,6 +16,7 @@ as keyword arguments: ``ServeConfig(canary_max_nll_rise=0.5)`` sets ``cfg.canary
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import enum
 import functools
@@ -143,11 +144,11 @@ def check_choices(cfg: Any) -> None:
 
 def from_mapping(cls: type, data: dict[str, Any], source: str) -> Any:
     """``cls`` from flat keys (a YAML file, Slime's mapping, the flags); ValueError names unknown keys."""
-    known = {d.key: d for d in declared(cls)}
-    unknown = sorted(set(data) - set(known))
+    known = {d.key for d in declared(cls)}
+    unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(f"{source}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    return cls(**{key: parse_value(known[key], value) for key, value in data.items()})
+    return cls(**data)  # flat_keys' __init__ parses each value
 
 
 # ---------------------------------------------------------------- the command line
@@ -180,7 +181,7 @@ def add_arguments(parser: Any, cls: type, groups: Iterable[str]) -> None:
         if d.meta.metavar:
             kw["metavar"] = d.meta.metavar
         if d.type is bool:
-            kw["action"] = _boolean_flag()
+            kw["action"] = argparse.BooleanOptionalAction
         elif d.meta.append:
             kw["action"] = "append"
         elif isinstance(d.type, type) and issubclass(d.type, Choice):
@@ -190,12 +191,6 @@ def add_arguments(parser: Any, cls: type, groups: Iterable[str]) -> None:
         elif d.type in (int, float):
             kw["type"] = d.type
         group.add_argument(d.meta.flag or "--" + d.key.replace("_", "-"), **kw)
-
-
-def _boolean_flag() -> Any:
-    import argparse
-
-    return argparse.BooleanOptionalAction
 
 
 def given_on_command_line(args: Any, cls: type) -> dict[str, Any]:

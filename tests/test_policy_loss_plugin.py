@@ -13,7 +13,7 @@ import torch
 
 from slime_ext.algorithms.ppo import PolicyLossConfig, policy_loss
 from slime_ext.config import ServeConfig
-from slime_ext.trainers.step import resolve_policy_loss
+from slime_ext.learning.objective import resolve_policy_loss
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -297,6 +297,7 @@ def test_a_setting_only_the_embedded_trainer_honours_is_refused_naming_it(key, v
     ({"tis_cap": 2.0}, {"use_rollout_logprobs": True}, "tis_cap: needs Slime to recompute"),
     ({}, {"eps_clip": 0.1}, "--eps-clip 0.1"),
     ({}, {"calculate_per_token_loss": True}, "--calculate-per-token-loss"),
+    ({}, {"use_opd": True}, "--use-opd"),
     ({}, {"context_parallel_size": 2}, "--context-parallel-size"),
 ])
 def test_what_slime_cannot_run_as_the_embedded_trainer_does_is_refused_naming_it(settings, args, named):

@@ -166,12 +166,13 @@ def evaluate(settings: RunSettings, split: str = "heldout", limit: int | None = 
 def train(settings: RunSettings, out_dir: Path, steps: int = 4, episodes: int = 8, lr: float = 1e-4,
           lora_rank: int = 16, baseline: str = "mean", policy_loss: str = "ppo") -> list[dict[str, Any]]:
     """The training loop (see the module docstring); one metrics dict per round. ``policy_loss``: ``ppo`` or
-    the user's (``trainers.step.resolve_policy_loss``)."""
+    the user's (``learning/objective.py: resolve_policy_loss``)."""
     import torch
     from transformers import AutoModelForCausalLM
 
+    from slime_ext.learning.objective import resolve_policy_loss
     from slime_ext.trainers.loop import TrainerConfig, recompute_activations, wrap_lora
-    from slime_ext.trainers.step import resolve_policy_loss, train_step
+    from slime_ext.trainers.step import train_step
 
     if baseline not in ("mean", "none"):
         raise ValueError(f"baseline must be mean or none, got {baseline!r}")

@@ -91,6 +91,9 @@ def _slime_flag_refusals(cfg: ServeConfig, args: Any) -> list[str]:
         if value is not None and abs(float(value) - ours) > 1e-9:
             out.append(f"--{flag.replace('_', '-')} {value:g}: the custom loss clips at {ours:g} on both drivers "
                        f"(algorithms/ppo.py); leave it at {ours:g}")
+    if getattr(args, "use_opd", False):
+        out.append("--use-opd: Slime would read teacher_log_probs as a teacher's log-probs, but the live rollout puts "
+                   "each token's advantage there (hooks/rollout.py); the teacher term is the plugin's (method, w_opd)")
     if getattr(args, "calculate_per_token_loss", False):
         out.append("--calculate-per-token-loss: the custom loss is a mean over each sample's tokens, then over "
                    "samples, as on the embedded backend; leave it off")

@@ -242,7 +242,7 @@ class LiveSource:
             prepared = self.pipeline().prepare(candidates, n - len(ready), 1, version)
             record(self.store, dropped, prepared)
             ready += zip(prepared.taken, prepared.groups)
-            self.group_records += prepared.metrics.get("group_records", [])
+            self.group_records += prepared.group_records
             if len(ready) < n:
                 if deadline is not None and time.monotonic() > deadline:
                     raise TimeoutError(f"{len(ready)} of {n} samples ready after {timeout_s:g} s")
@@ -288,13 +288,10 @@ class LiveSource:
         sample.metadata["raw_reward"] = float(sample.reward or 0.0)  # logged by Slime; the verdict or implicit reward
         carry_advantages(sample, self.objective, baseline)
         sample.index, self._next_index = self._next_index, self._next_index + 1
-        fresh = sample.metadata.get("fresh")
-        stopped = sample.tokens[-1:] and sample.tokens[-1] in self.stop_ids
-        if fresh:
+        if sample.metadata.get("fresh"):  # a recorded turn's status is its finish reason (Example.sample)
+            stopped = sample.tokens[-1] in self.stop_ids
             sample.status = Sample.Status.COMPLETED if stopped else Sample.Status.TRUNCATED
-        else:
-            sample.status = Sample.Status.TRUNCATED if ex.finish_reason == "length" else Sample.Status.COMPLETED
-        sample.response = self.tokenizer.decode(sample.tokens[-sample.response_length:], skip_special_tokens=True)
+        self._decode(sample)
         sample.prompt = ex.request.messages or ""
         sample.weight_versions = [str(sample.metadata["policy_version"])]
         return sample
@@ -318,14 +315,13 @@ class LiveSource:
 
     def recent(self, n: int) -> list[Sample]:
         """The latest judged turns as samples, without handing them out (for evaluation)."""
-        out = []
-        for row in self.store.recent_judged(n):
-            ex = Example.from_row(row)
-            sample = ex.sample()
-            sample.status = Sample.Status.TRUNCATED if ex.finish_reason == "length" else Sample.Status.COMPLETED
-            sample.response = self.tokenizer.decode(ex.response_ids, skip_special_tokens=True)
-            out.append(sample)
-        return out
+        return [self._decode(Example.from_row(row).sample()) for row in self.store.recent_judged(n)]
+
+    def _decode(self, sample: Sample) -> Sample:
+        """``sample`` with its response as text (``Sample.response``: what Slime logs)."""
+        response = sample.tokens[len(sample.tokens) - sample.response_length:]
+        sample.response = self.tokenizer.decode(response, skip_special_tokens=True)
+        return sample
 
     def metrics(self, groups: list[list[Sample]]) -> dict[str, float]:
         """The rollout's metrics: the turns' verdicts and hints, store counts, their staleness, and the groups."""

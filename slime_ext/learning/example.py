@@ -85,10 +85,12 @@ class Example:
 
     def sample(self) -> Sample:
         """The example as a Slime ``Sample``: the recorded tokens and log-probs, its verdict as the reward,
-        the teacher's log-probs (and top-k) when it has them, and the temperature it was sampled at."""
+        the teacher's log-probs (and top-k) when it has them, the temperature it was sampled at, and whether
+        it was cut at the token limit (``status``)."""
         t = self.teaching
         return Sample(
             tokens=self.prompt_ids + self.response_ids, response_length=len(self.response_ids),
+            status=Sample.Status.TRUNCATED if self.finish_reason == "length" else Sample.Status.COMPLETED,
             loss_mask=[1] * len(self.response_ids), rollout_log_probs=list(self.rollout_logprobs),
             teacher_log_probs=list(t.logprobs) if t else None, reward=float(self.verdict), session_id=self.session_id,
             metadata={"session_id": self.session_id, "turn": self.turn, "user": self.user,

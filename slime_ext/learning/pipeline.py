@@ -48,6 +48,7 @@ class Prepared:
 
     taken: list[Example] = field(default_factory=list)  # the judged turns the step trains on
     groups: list[list[Sample]] = field(default_factory=list)  # per taken turn: its sample, then fresh ones
+    group_records: list[dict[str, Any]] = field(default_factory=list)  # each group's rewards (and why dropped)
     replayed: list[Sample] = field(default_factory=list)
     replay_skipped: list[str] = field(default_factory=list)  # earlier turns replay could not teach, and why
     dropped: list[Drop] = field(default_factory=list)
@@ -103,7 +104,7 @@ class Pipeline:
             out.taken, out.groups = [], []
             return out
         out.replayed = self.replay(out)
-        out.metrics.update(self.metrics(out))
+        out.metrics = self.metrics(out)
         return out
 
     # ------------------------------------------------------------------ teach and check
@@ -158,7 +159,7 @@ class Pipeline:
         if cfg.groups.size > 1:
             members, record = build_group(ex, sample, policy=self.policy, teacher=self.teacher, term=self.term,
                                           config=cfg.groups, version=version, context=self.context, seed=seed)
-            out.metrics.setdefault("group_records", []).append(record)
+            out.group_records.append(record)
         for j in range(cfg.sft_samples if cfg.sft_coef else 0):
             demo = demonstration(ex, teacher=self.teacher, policy=self.policy, config=cfg.groups,
                                  sft_coef=cfg.sft_coef, version=version, context=self.context, seed=seed + 1 + j)
@@ -201,11 +202,12 @@ class Pipeline:
         sft = [s.response_length for s in samples if s.metadata.get("sft")]
         if sft:
             m.update(sft_samples=len(sft), sft_tokens=sum(sft))
-        records = out.metrics.get("group_records")
+        records = out.group_records
         if records:
             fresh = [float(s.reward) for s in samples if s.metadata.get("fresh")]
             m.update(groups=len(records), constant_groups=sum(r["dropped"] is not None for r in records),
-                     fresh_samples=len(fresh), fresh_reward_mean=sum(fresh) / len(fresh) if fresh else 0.0)
+                     fresh_samples=len(fresh), fresh_reward_mean=sum(fresh) / len(fresh) if fresh else 0.0,
+                     group_records=records)
         return m
 
 

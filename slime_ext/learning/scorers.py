@@ -2,8 +2,9 @@
 
 The pipeline asks a model four things: the teacher-forced log-probs of a response after a prompt, at
 a temperature (``logprobs``); the full next-token log-distributions there (``distributions``: what
-top-k distillation and topk_select compare); fresh samples of a prompt (``sample``); and whether
-greedy decoding after a prompt gives a given answer (``greedy_agrees``: the teacher check).
+top-k distillation and topk_select compare); fresh samples of a prompt (``sample``); and, for the
+teacher check, an answer's log-probs together with whether greedy decoding after the prompt gives
+that answer (``logprobs_and_greedy``).
 
 - ``TorchScorer``: a torch model in this process (the embedded trainer): the policy being trained,
   or the frozen initial weights (``weights`` is a context manager yielding the model). It computes
@@ -40,7 +41,7 @@ class Scorer(Protocol):
     def sample(self, prompt_ids: list[int], n: int, *, temperature: float, max_new_tokens: int,
                seed: int | None = None) -> list[list[int]]: ...
 
-    def greedy_agrees(self, prompt_ids: list[int], answer: list[int]) -> bool: ...
+    def logprobs_and_greedy(self, prompt_ids: list[int], answer: list[int]) -> tuple[list[float], bool]: ...
 
 
 def sample_responses(model, prompt_ids: Sequence[int], n: int, *, temperature: float, max_new_tokens: int,
@@ -102,13 +103,13 @@ class TorchScorer:
             return sample_responses(m, prompt_ids, n, temperature=temperature, max_new_tokens=max_new_tokens,
                                     stop_ids=self.stop_ids, generator=generator)
 
-    def greedy_agrees(self, prompt_ids: list[int], answer: list[int]) -> bool:
-        """Greedy decoding gives ``answer`` exactly when its argmax is ``answer``'s token at every position
-        (given the answer so far): read off one teacher-forced pass, no generation."""
-        if not answer:
-            return True
-        argmax = self.distributions(prompt_ids, answer).argmax(-1)
-        return bool((argmax == torch.tensor(answer)).all())
+    def logprobs_and_greedy(self, prompt_ids: list[int], answer: list[int]) -> tuple[list[float], bool]:
+        """``answer``'s log-probs after the prompt (temperature 1), and whether greedy decoding gives it: it
+        does exactly when the argmax is ``answer``'s token at every position (given the answer so far). Both
+        read off one teacher-forced pass, no generation."""
+        dist = self.distributions(prompt_ids, answer)
+        target = torch.tensor(answer, dtype=torch.long)[:, None]
+        return dist.gather(1, target)[:, 0].tolist(), bool((dist.argmax(-1) == target[:, 0]).all())
 
 
 class EngineScorer:
@@ -147,6 +148,7 @@ class EngineScorer:
 
         return self._run(all_of())
 
-    def greedy_agrees(self, prompt_ids: list[int], answer: list[int]) -> bool:
+    def logprobs_and_greedy(self, prompt_ids: list[int], answer: list[int]) -> tuple[list[float], bool]:
+        """``answer``'s log-probs after the prompt, and whether greedy decoding (a generation here) gives it."""
         (greedy,) = self.sample(prompt_ids, 1, temperature=0.0, max_new_tokens=max(1, len(answer)))
-        return greedy[: len(answer)] == list(answer)
+        return self.logprobs(prompt_ids, answer), greedy[: len(answer)] == list(answer)

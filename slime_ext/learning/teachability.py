@@ -11,8 +11,8 @@ hint), the trainer measures it with a model-free test that works with every judg
 2. the **gap**: the mean per-token log-prob of ``y`` under the hinted prompt minus under the
    **unhinted** prompt, same weights, teacher-forced (``mean_gap``): how much more likely the hint
    makes the teacher's own answer (nats/token);
-3. **same answer**: whether the unhinted greedy answer is ``y`` too (``Scorer.greedy_agrees``: in
-   this process read off one teacher-forced pass, since greedy decoding gives ``y`` exactly when the
+3. **same answer**: whether the unhinted greedy answer is ``y`` too (``Scorer.logprobs_and_greedy``: in
+   this process read off the same unhinted pass, since greedy decoding gives ``y`` exactly when the
    unhinted argmax is ``y``'s token at every position; through an engine, by decoding it).
 
 One prompt's gap is noisy on a small model (measured on smollm2: 0.03 to 0.48 nats/token across
@@ -98,8 +98,8 @@ def measure(teacher: Scorer, prompt_ids: Sequence[int], teacher_prompt_ids: Sequ
     (answer,) = teacher.sample(hinted, 1, temperature=0.0, max_new_tokens=max_new_tokens)
     if not answer:
         return 0.0, True, answer
-    gap = mean_gap(teacher.logprobs(hinted, answer), teacher.logprobs(prompt, answer))
-    return gap, teacher.greedy_agrees(prompt, answer), answer
+    without, same = teacher.logprobs_and_greedy(prompt, answer)
+    return mean_gap(teacher.logprobs(hinted, answer), without), same, answer
 
 
 class TeacherChecker:

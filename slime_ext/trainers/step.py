@@ -21,7 +21,7 @@ import torch
 from slime_ext.algorithms import AdvantageWeights, PolicyLossConfig, TopK, policy_loss
 from slime_ext.algorithms.divergence import topk_divergence_loss
 from slime_ext.algorithms.topk_select import SelectedSupport, topk_select_loss
-from slime_ext.learning.objective import LossFn, Objective, resolve_policy_loss  # noqa: F401 (resolve: for env train)
+from slime_ext.learning.objective import LossFn, Objective
 from slime_ext.logprobs import output_logits, scoring_temperature, token_logprobs
 from slime_ext.types import Distill, Method, Sample
 
