@@ -88,8 +88,10 @@ class ServerProcess:
 
             resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files, self.open_files))
 
-    def health(self) -> dict[str, Any]:
-        with urllib.request.urlopen(self.base + "/healthz", timeout=5) as r:
+    def health(self, key: str | None = None) -> dict[str, Any]:
+        """``GET /healthz``, with ``key`` (an API key) to see what only a key shows (per-user figures)."""
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        with urllib.request.urlopen(urllib.request.Request(self.base + "/healthz", headers=headers), timeout=5) as r:
             return json.loads(r.read())
 
     def chat(self, messages: list[dict[str, Any]], *, max_tokens: int = 6, timeout: float = 120.0,

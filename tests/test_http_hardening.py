@@ -243,6 +243,34 @@ def test_healthz_answers_while_a_7mb_prompt_is_tokenized(srv):
     assert len(latencies) >= 3, latencies  # the big request took a while: /healthz was polled meanwhile
 
 
+def test_a_small_chat_is_not_held_behind_another_clients_big_prompt(srv):
+    """A 7 MB prompt (which the tiny model's 64k context cannot rule out before tokenizing it: 4-5 s here)
+    from one client, and 0.3 s later a small chat from another user: the small one is answered while the
+    big one is still being tokenized. Rendering ran on one FIFO thread and the small chat waited the whole
+    tokenization (3.7 s here, 8.7 s in the hostile-client run); the bound is generous (a shared machine)."""
+    big = json.dumps({"model": "tiny", "max_tokens": 1, "user": "big",
+                      "messages": [{"role": "user", "content": "word " * (7 * 1024 * 1024 // 5)}]}).encode()
+    small = json.dumps({"model": "tiny", "max_tokens": 2, "user": "small",
+                        "messages": [{"role": "user", "content": "hi"}]}).encode()
+    done: dict = {}
+
+    def send_big() -> None:
+        done["big"] = post(srv, big, timeout=300)[:2]
+        done["big_at"] = time.monotonic()
+
+    t = threading.Thread(target=send_big)
+    t.start()
+    time.sleep(0.3)  # the big body is sent and being tokenized
+    t0 = time.monotonic()
+    status, body, _ = post(srv, small, timeout=120)
+    small_s, small_at = time.monotonic() - t0, time.monotonic()
+    t.join()
+    assert status == 200 and body["choices"][0]["message"]["role"] == "assistant", body
+    assert done["big"][0] == 400 and done["big"][1]["error"]["code"] == "context_length_exceeded", done["big"]
+    assert small_s < 2.0, f"the small chat waited {small_s:.2f} s behind another client's big prompt"
+    assert small_at < done["big_at"], "the big prompt was not in flight: nothing was measured"
+
+
 # ---------------------------------------------------------------------------------------------- unit tests
 @pytest.mark.parametrize("host, ok", [("127.0.0.1", True), ("127.0.0.1:30000", True), ("127.9.8.7:1", True),
                                       ("localhost", True), ("LOCALHOST:8080", True), ("localhost.", True),

@@ -238,10 +238,12 @@ def test_a_users_preferences_are_theirs_alone_through_the_server(make_server, tm
         reply = chat(srv, key, first)
         chat(srv, key, [*first, {"role": "assistant", "content": reply["content"]}, {"role": "user", "content": feedback}])
     deadline = time.time() + 60
-    while time.time() < deadline and len(srv.health()["preferences_by_user"]) < 2:
+    while time.time() < deadline and srv.health()["judged_turns"] < 2:
         time.sleep(0.5)
-    assert srv.health()["preferences_by_user"] == {"alice": {"preferences": 1, "standing": 1},
-                                                    "bob": {"preferences": 1, "standing": 1}}
+    # each user's key shows that user's own preferences, and only theirs; no key shows no one's
+    assert srv.health("key-a")["preferences_by_user"] == {"alice": {"preferences": 1, "standing": 1}}
+    assert srv.health("key-b")["preferences_by_user"] == {"bob": {"preferences": 1, "standing": 1}}
+    assert "preferences_by_user" not in srv.health()
     prefs = srv.records()["preferences"]
     assert "sure!" in prefs["alice"][0]["hint"].lower() and "sure" not in prefs["bob"][0]["hint"].lower()
     assert "short sentence" in prefs["bob"][0]["hint"] and prefs["alice"][0]["standing"]

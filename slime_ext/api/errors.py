@@ -16,6 +16,7 @@ class ApiError(Exception):
         param: str | None = None,
         code: str | None = None,
         type: str = "invalid_request_error",
+        close: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -23,6 +24,7 @@ class ApiError(Exception):
         self.param = param
         self.code = code
         self.type = type
+        self.close = close  # send the error, then close the connection: the rest of the request is not read
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}

@@ -22,18 +22,28 @@ once). The guard accepts connections itself (``Listener``): asyncio's own accept
 connects outran the evictions and ``accept()`` failed with "Too many open files". Ours stops
 reading the listening socket while ``max_connections + ACCEPT_SLACK`` accepted sockets are open,
 so the process never reaches its file-descriptor limit.
+
+Requests aiohttp's parser refuses (a header line too long, a bare CR, a NUL, an obs-fold, bad
+chunking, ``Content-Length`` with ``Transfer-Encoding``) never reach the application: aiohttp
+answers them itself, in plain text, and logs a traceback at ERROR for each. Every connection's
+protocol object is an ``ApiRequestHandler``, which answers them in the API's JSON error shape and
+logs one line (through ``aiohttp.server``'s rate limit, ``install_log_limits``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import socket
 import time
 from collections import Counter
 from typing import Any, Callable
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+from slime_ext.api.errors import ApiError
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +76,8 @@ class ConnectionGuard:
         """Listen on ``host:port`` with aiohttp's ``server`` (``AppRunner.server``) behind the guard."""
         loop = asyncio.get_running_loop()
         infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        listener = Listener(bind_sockets(infos, backlog), loop, lambda release: _Conn(self, server(), release),
+        listener = Listener(bind_sockets(infos, backlog), loop,
+                            lambda release: _Conn(self, ApiRequestHandler.adopt(server()), release),
                             limit=self.max_connections + ACCEPT_SLACK)
         if self._sweeper is None:
             self._sweeper = asyncio.create_task(self._sweep_forever())
@@ -157,6 +168,35 @@ class ConnectionGuard:
         level = logging.WARNING if new["evicted"] or new["refused"] else logging.INFO
         log.log(level, "closed %d connections in the last 10 s (%s); %d open, cap %d", sum(new.values()),
                 ", ".join(f"{k}: {v}" for k, v in sorted(new.items())), len(self._conns), self.max_connections)
+
+
+class ApiRequestHandler(RequestHandler):
+    """aiohttp's protocol for one connection, but a request its parser refuses is answered in the API's JSON
+    error shape and logged in one line (no traceback: the client sent it, nothing here failed)."""
+
+    __slots__ = ()  # the same layout as RequestHandler's: an instance aiohttp made can become one (``adopt``)
+
+    @classmethod
+    def adopt(cls, handler: RequestHandler) -> ApiRequestHandler:
+        """``handler`` (made by aiohttp's ``Server``, with its settings) as an ``ApiRequestHandler``."""
+        handler.__class__ = cls
+        return handler  # type: ignore[return-value]
+
+    def handle_error(self, request, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        if request.writer.output_size > 0:  # a response was begun: the connection is broken, as aiohttp has it
+            raise ConnectionError("a response was sent already; cannot send the error too")
+        if status >= 500:  # a bug here, not the client's doing: the traceback is for the log, never the client
+            self.logger.error("error handling a request from %s", request.remote, exc_info=exc)
+            err = ApiError("internal server error", status=status, type="server_error", code="internal_error")
+        else:
+            what = (message or getattr(exc, "message", "") or str(exc or "")).strip().split("\n", 1)[0][:200]
+            said = re.split(r"\s*b['\"]", what, maxsplit=1)[0]  # never the request's own bytes (a key) in the log
+            self.logger.info("malformed HTTP request from %s answered %d: %s", request.remote, status, said)
+            err = ApiError(f"malformed HTTP request: {what}", status=status, code="malformed_request")
+        resp = web.json_response(err.body(), status=status)
+        resp.force_close()
+        return resp
 
 
 class _Conn(asyncio.Protocol):

@@ -2,8 +2,27 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections import defaultdict
 from typing import Callable
+
+
+def label_value(value: str) -> str:
+    r"""``value`` escaped for a label in the Prometheus text format: ``\\``, ``\"`` and ``\n`` as the format
+    says, and every other control or line-separator character as the visible text ``\xHH`` (an escaped
+    backslash, then ``xHH``: the format has no escape for them, and a raw carriage return splits a line
+    for many readers)."""
+    out = []
+    for ch in value:
+        if ch in '\\"':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif unicodedata.category(ch) in ("Cc", "Zl", "Zp"):
+            out.append(f"\\\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 class Metrics:
@@ -29,7 +48,7 @@ class Metrics:
                 seen.add(name)
                 lines.append(f"# HELP {name} {self.help.get(name, name)}")
                 lines.append(f"# TYPE {name} counter")
-            label_text = ",".join(f'{k}="{v}"' for k, v in labels)
+            label_text = ",".join(f'{k}="{label_value(v)}"' for k, v in labels)
             lines.append(f"{name}{{{label_text}}} {value:g}" if label_text else f"{name} {value:g}")
         for name, fn in sorted(self.gauges.items()):
             lines.append(f"# HELP {name} {self.help[name]}")

@@ -12,17 +12,27 @@
 - **Content-Encoding**: ``gzip`` and ``deflate`` bodies are inflated here, at most to the body limit
   (413 past it, so a small compressed body cannot expand into gigabytes); a body that does not
   inflate is a 400 naming the encoding; other encodings are a 415.
+- **HTTP/0.9** (a request line with no version): refused with a 400, the connection closed.
+- **Which key was sent** (``sent_key``): ``Authorization: Bearer <key>``, else ``x-api-key: <key>``
+  (Anthropic's clients send that): the same key is the same key whichever header carries it.
 - **Who the user is** (``request_user``): a per-user key names its user; a request that did not
   authenticate with a per-user key cannot claim one of those names in its ``user`` field (403), so
-  a shared key cannot reach a keyed user's sessions or feedback.
+  a shared key cannot reach a keyed user's sessions or feedback. A shared key without a ``user``
+  field is one identity (``key_identity``: a hash of the key, never the key).
+- **What a request may see** (``Access``) of what the server reports (``/healthz``, ``/metrics``):
+  without a key, on a server that has keys, liveness and figures that identify no one; per-user and
+  filesystem details need a key, and a per-user key sees only its own user's.
 
 Everything here is a pure function of header values and bytes; each raises ``ApiError``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from slime_ext.api.errors import ApiError
@@ -63,6 +73,13 @@ def check_host(host_header: str | None, allowed: frozenset[str]) -> None:
         f"the Host header {host_header[:100]!r} is not a loopback name or address; this server is bound to "
         "loopback and refuses other names (DNS rebinding). A reverse proxy that forwards its own Host can be "
         "allowed with --allowed-host", status=403, param="host", code="host_not_allowed")
+
+
+def check_http_version(version: tuple[int, int]) -> None:
+    """Refuse HTTP/0.9: a request line without a version (``GET /healthz``) is not a request of this API."""
+    if tuple(version) < (1, 0):
+        raise ApiError("HTTP/0.9 requests (a request line without an HTTP version) are not served; send HTTP/1.1",
+                       param="http-version", code="http_version_not_supported", close=True)
 
 
 def normalize_origin(origin: str) -> str:
@@ -147,3 +164,43 @@ def request_user(key_user: str | None, field_user: str | None, key_identity: str
         raise ApiError(f"user {field_user!r} has a per-user API key: send that key to act as this user",
                        status=403, type="permission_error", param="user", code="user_key_required")
     return field_user or key_identity
+
+
+def sent_key(headers: Mapping[str, str]) -> str | None:
+    """The API key a request carries: ``Authorization: Bearer <key>``, else ``x-api-key: <key>``; None
+    when it carries neither (or an empty one)."""
+    auth = headers.get("Authorization", "")
+    key = auth[7:].strip() if auth[:7].lower() == "bearer " else headers.get("x-api-key", "").strip()
+    return key or None
+
+
+def key_identity(key: str | None) -> str | None:
+    """A stable, non-secret identity for an API key (never the key itself): ``key:`` and 12 hex digits."""
+    if not key:
+        return None
+    # aiohttp decodes header bytes that are not UTF-8 to surrogates: hash the bytes that were sent
+    return "key:" + hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Access:
+    """What a request may see of what the server reports about itself (``/healthz``, ``/metrics``).
+
+    ``details``: filesystem paths and error texts. ``user``: the one user whose per-user figures it sees
+    (a per-user key's); ``everyone``: every user's (the shared key, or a server without keys)."""
+
+    details: bool
+    everyone: bool = False
+    user: str | None = None
+
+    def sees(self, user: str | None) -> bool:
+        """May this request see ``user``'s per-user figures?"""
+        return self.everyone or (self.user is not None and user == self.user)
+
+    @property
+    def sees_users(self) -> bool:
+        return self.everyone or self.user is not None
+
+
+OPERATOR = Access(details=True, everyone=True)  # the shared key; anyone where the server has no keys
+PUBLIC = Access(details=False)  # no key, on a server that has keys: liveness and figures that identify no one

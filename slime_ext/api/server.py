@@ -3,7 +3,7 @@
 Request path of ``POST /v1/chat/completions``:
   connection guard (guard: read timeouts, connection cap) -> Host / Origin / Content-Type checks
   and body decoding (policy) -> auth -> read the body (with a timeout) -> validate (schemas) ->
-  render prompt ids (prompt; in a worker thread, off the event loop) -> assign session (sessions) -> generate
+  render prompt ids (prompt; off the event loop, big prompts in a lane of their own) -> assign session (sessions) -> generate
   (engine, token-in/token-out) -> parse content / tool calls incrementally (reply) -> commit the
   turn (store) -> send the last chunk.
 The turn is committed before the final chunk (``finish_reason``) is written, so a client that got
@@ -13,6 +13,7 @@ a whole response can always find it in the store.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import hmac
@@ -22,6 +23,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -29,29 +31,41 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from slime_ext.api.errors import ApiError
 from slime_ext.api.guard import ConnectionGuard
-from slime_ext.api.metrics import Metrics
+from slime_ext.api.metrics import Metrics, label_value
 from slime_ext.api.policy import (
+    OPERATOR,
+    PUBLIC,
+    Access,
     check_content_type,
     check_host,
+    check_http_version,
     check_origin,
     decode_body,
     host_name,
     is_loopback,
+    key_identity,
     normalize_origin,
     request_user,
+    sent_key,
 )
 from slime_ext.api.schemas import ChatRequest, parse_chat_request
-from slime_ext.chat.overflow import fit_messages
+from slime_ext.chat.overflow import cuttable_text, fit_messages
 from slime_ext.chat.prompt import PromptRenderer, stop_token_ids
 from slime_ext.chat.reply import ReplyParser
 from slime_ext.engines.base import EngineError, SamplingParams
 from slime_ext.models.generation import OPENAI_DEFAULTS, SamplingDefaults
+from slime_ext.models.hub import is_hub_id
 from slime_ext.sessions import Assignment, SessionTracker, message_key
 from slime_ext.types import Turn
 
 log = logging.getLogger(__name__)
 
 CUT_HEADER = "X-OpenClaw-RL-Prompt-Tokens-Cut"  # tokens of the system prompt cut to fit the context
+# what the middlewares leave on a request (aiohttp's typed keys where it has them)
+_request_key = getattr(web, "RequestKey", lambda name, _type: name)
+CORS = _request_key("cors", bool)  # the request came from an allowed web origin: CORS headers go back
+ACCESS = _request_key("access", Access)  # what it may see, and the user its per-user key names (_authenticate)
+BIG_REQUEST_BYTES = 256 * 1024  # a request body past this is rendered in the lane of big prompts (ChatServer._fit)
 
 
 @dataclass
@@ -96,7 +110,7 @@ class ChatServer:
         self._hosts = frozenset(host_name(h) for h in settings.allowed_hosts)
         self._keyed_users = frozenset(settings.user_keys or ())  # names a `user` field may not claim without the key
         self._check_host = is_loopback(settings.bound_host)
-        self._render_pool: ThreadPoolExecutor | None = None  # started with the app (see _start_sweeper)
+        self._lanes: dict[bool, ThreadPoolExecutor] = {}  # is the request big -> its render threads (_start_sweeper)
         self.metrics = Metrics()
         self.metrics.gauge("openclaw_connections_open", lambda: self.guard.open_connections, "Open HTTP connections")
         self.metrics.gauge("openclaw_policy_version", lambda: self.engine.policy_version, "Policy version being served")
@@ -148,7 +162,7 @@ class ChatServer:
         except ApiError as e:
             self.metrics.inc("openclaw_errors_total", help="Requests answered with an error", status=str(e.status))
             resp = web.json_response(e.body(), status=e.status)
-            if e.status == 408:  # send it, then close: the rest of a body that came too slowly is not waited for
+            if e.close:  # send it, then close: the rest of the request (a body too slow or too big) is not read
                 resp.force_close()
                 await resp.prepare(request)
                 await resp.write_eof()
@@ -164,7 +178,8 @@ class ChatServer:
             if e.status < 400:
                 raise
             err = ApiError(f"{e.reason}: {request.method} {request.path}", status=e.status, code=str(e.status))
-            return web.json_response(err.body(), status=e.status)
+            allow = {"Allow": e.headers["Allow"]} if "Allow" in e.headers else {}  # a 405 says what is allowed
+            return web.json_response(err.body(), status=e.status, headers=allow)
         except (ConnectionResetError, asyncio.CancelledError):
             raise
         except Exception:
@@ -174,11 +189,13 @@ class ChatServer:
 
     @web.middleware
     async def _policy_middleware(self, request: web.Request, handler):
-        """Host (DNS rebinding) and Origin (cross-site requests) checks; CORS preflights of allowed origins."""
+        """HTTP/0.9, Host (DNS rebinding) and Origin (cross-site requests) checks; CORS preflights of allowed
+        origins."""
+        check_http_version(request.version)
         if self._check_host:
             check_host(request.headers.get("Host"), self._hosts)
         if check_origin(request.headers.get("Origin"), self._origins):
-            request["cors"] = True
+            request[CORS] = True
             if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
                 return web.Response(status=204, headers={
                     "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
@@ -187,26 +204,34 @@ class ChatServer:
         return await handler(request)
 
     async def _cors_headers(self, request: web.Request, response: web.StreamResponse) -> None:
-        if request.get("cors"):
+        if request.get(CORS):
             response.headers["Access-Control-Allow-Origin"] = request.headers["Origin"]
             response.headers["Access-Control-Expose-Headers"] = f"X-Session-Id, {CUT_HEADER}"
             response.headers["Vary"] = "Origin"
 
     @web.middleware
     async def _auth_middleware(self, request: web.Request, handler):
-        users = self.settings.user_keys or {}
-        if (self.settings.api_keys or users) and request.path != "/healthz":
-            given = request.headers.get("Authorization", "")
-            token = given[7:].strip() if given[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
-            # aiohttp decodes header bytes that are not UTF-8 to surrogates: compare bytes, never fail on them
-            raw = token.encode("utf-8", "surrogateescape")
-            named = [name for name, k in users.items() if hmac.compare_digest(raw, k.encode())]
-            if named:
-                request["key_user"] = named[0]
-            elif not any(hmac.compare_digest(raw, k.encode()) for k in self.settings.api_keys):
-                raise ApiError("invalid or missing API key (send 'Authorization: Bearer <key>')", status=401,
-                               type="authentication_error", code="invalid_api_key")
+        request[ACCESS] = self._authenticate(request)
         return await handler(request)
+
+    def _authenticate(self, request: web.Request) -> Access:
+        """What the request may see (``policy.Access``), or a 401. Where the server has keys, every endpoint
+        needs one but ``/healthz``, which answers liveness probes without a key."""
+        users = self.settings.user_keys or {}
+        if not (self.settings.api_keys or users):
+            return OPERATOR
+        key = sent_key(request.headers)
+        if key is None and request.path == "/healthz":
+            return PUBLIC
+        # aiohttp decodes header bytes that are not UTF-8 to surrogates: compare bytes, never fail on them
+        raw = (key or "").encode("utf-8", "surrogateescape")
+        named = [name for name, k in users.items() if hmac.compare_digest(raw, k.encode())]
+        if named:
+            return Access(details=True, user=named[0])
+        if key is not None and any(hmac.compare_digest(raw, k.encode()) for k in self.settings.api_keys):
+            return OPERATOR
+        raise ApiError("invalid or missing API key (send 'Authorization: Bearer <key>' or 'x-api-key: <key>')",
+                       status=401, type="authentication_error", code="invalid_api_key")
 
     async def _start_sweeper(self, app: web.Application) -> None:
         async def sweep() -> None:
@@ -214,16 +239,17 @@ class ChatServer:
                 await asyncio.sleep(self.settings.session_sweep_s)
                 self.tracker.close_idle()
 
-        # one thread renders prompts (the chat template and the tokenizer): a 7 MB prompt takes seconds
-        # there without blocking the event loop; requests are rendered in arrival order
-        self._render_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="openclaw-render")
+        # prompts are rendered (the chat template and the tokenizer) off the event loop, in two lanes: a
+        # 7 MB prompt takes seconds to tokenize, and only other big ones wait behind it (see _fit)
+        self._lanes = {False: ThreadPoolExecutor(max_workers=2, thread_name_prefix="openclaw-render"),
+                       True: ThreadPoolExecutor(max_workers=1, thread_name_prefix="openclaw-render-big")}
         self._sweeper = asyncio.create_task(sweep())
 
     async def _stop_sweeper(self, app: web.Application) -> None:
         self._sweeper.cancel()
         self.guard.stop()
-        if self._render_pool is not None:
-            self._render_pool.shutdown(wait=False, cancel_futures=True)
+        for lane in self._lanes.values():
+            lane.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------ small endpoints
     async def models(self, request: web.Request) -> web.Response:
@@ -232,30 +258,42 @@ class ChatServer:
         )
 
     async def healthz(self, request: web.Request) -> web.Response:
+        """Liveness and figures. Who asks decides what is shown (``policy.Access``): without a key, on a server
+        that has keys, figures that identify no one; a per-user key adds that user's own per-user figures and
+        the filesystem and error details; the shared key (or any request, on a server without keys) everything."""
+        access = request[ACCESS]
+        only = None if access.everyone else access.user  # whose per-user figures
         counts = await self.store.run(self.store.counts)
-        counts.update(await self.store.run(self.store.teacher_check_summary))  # does the hinted teacher follow hints
-        counts["preferences_by_user"] = await self.store.run(self.store.preference_counts)  # accepted hints kept
-        return web.json_response(
-            {
-                "status": "ok",
-                "model": self.settings.model_name,
-                "dtype": str(getattr(self.engine, "dtype", "")).removeprefix("torch.") or None,
-                "policy_version": self.engine.policy_version,
-                "sampling_defaults": {"temperature": self.settings.sampling.temperature,
-                                      "top_p": self.settings.sampling.top_p, "source": self.settings.sampling.source},
-                "requests_in_flight": self.in_flight,
-                "sessions_open": self.tracker.open_sessions,
-                **counts,
-                **({"training": self.training_status()} if self.checkpoints or self.trainer else {}),
-                **({"judge": self.judge_worker.status()} if self.judge_worker else {}),
-            }
-        )
+        checks = await self.store.run(self.store.teacher_check_summary, 5 if access.sees_users else 0, only)
+        body: dict[str, Any] = {
+            "status": "ok",
+            "model": self.settings.model_name if access.details else _public_model_name(self.settings.model_name),
+            "dtype": str(getattr(self.engine, "dtype", "")).removeprefix("torch.") or None,
+            "policy_version": self.engine.policy_version,
+            "sampling_defaults": {"temperature": self.settings.sampling.temperature, "top_p": self.settings.sampling.top_p,
+                                  **({"source": self.settings.sampling.source} if access.details else {})},
+            "requests_in_flight": self.in_flight,
+            "sessions_open": self.tracker.open_sessions,
+            **counts,
+            "hints_teacher_follows": checks["hints_teacher_follows"],  # does the hinted teacher follow hints
+            "hints_teacher_cannot_follow": checks["hints_teacher_cannot_follow"],
+        }
+        if access.sees_users:
+            body["hints_unfollowed_recent"] = checks["hints_unfollowed_recent"]
+            body["preferences_by_user"] = await self.store.run(self.store.preference_counts, only)  # accepted hints
+        if self.checkpoints or self.trainer:
+            body["training"] = self.training_status(access.details)
+        if self.judge_worker:
+            body["judge"] = _details(self.judge_worker.status(), access.details)
+        if not access.details:
+            body["access"] = "no API key: figures that identify no one; per-user and filesystem details need a key"
+        return web.json_response(body)
 
-    def training_status(self) -> dict[str, Any]:
+    def training_status(self, details: bool = True) -> dict[str, Any]:
         """``/healthz``'s ``training``: the served version's step figures and the canary (the watcher), and the
-        trainer process (the supervisor: its state, restarts and last error)."""
+        trainer process (the supervisor: its state, restarts and, with ``details``, its last error)."""
         out = self.checkpoints.status() if self.checkpoints else {}
-        return {**out, "trainer": self.trainer.status()} if self.trainer else out
+        return {**out, "trainer": _details(self.trainer.status(), details)} if self.trainer else out
 
     async def prometheus(self, request: web.Request) -> web.Response:
         text = self.metrics.render()
@@ -277,7 +315,8 @@ class ChatServer:
                   "# TYPE openclaw_connections_closed_total counter"]
         lines += [f'openclaw_connections_closed_total{{reason="{r}"}} {n}' for r, n in sorted(self.guard.dropped.items())]
         text += "\n".join(lines) + "\n"
-        per_user = await self.store.run(self.store.verdicts_by_user)
+        access = request[ACCESS]  # a per-user key sees its own user's figures
+        per_user = [row for row in await self.store.run(self.store.verdicts_by_user) if access.sees(row[0])]
         if per_user:
             lines = ["# HELP openclaw_user_verdict_mean Mean judge verdict of each user's turns",
                      "# TYPE openclaw_user_verdict_mean gauge"]
@@ -301,7 +340,7 @@ class ChatServer:
             raise ApiError("the request body could not be parsed as JSON: it is nested too deeply", code="invalid_json") from None
         req = parse_chat_request(body)
         wanted = min(req.max_tokens or self.settings.default_max_tokens, self.settings.max_tokens_cap)
-        seen, prompt_ids, cut = await self._fit(req, wanted)
+        seen, prompt_ids, cut = await self._fit(req, wanted, big=len(raw) > BIG_REQUEST_BYTES)
         ctx = self.engine.context_length
         max_new = min(wanted, ctx - len(prompt_ids))
         defaults = self.settings.sampling  # the request's own values win
@@ -310,7 +349,7 @@ class ChatServer:
             top_p=defaults.top_p if req.top_p is None else req.top_p,
             max_new_tokens=max_new, seed=req.seed, stop_token_ids=() if req.ignore_eos else self.stop_ids,
         )
-        user = request_user(request.get("key_user"), req.user, _key_identity(request), self._keyed_users)
+        user = request_user(request[ACCESS].user, req.user, key_identity(sent_key(request.headers)), self._keyed_users)
         headers = {k.lower(): v for k, v in request.headers.items() if k.lower().startswith("x-")}
         try:  # the session id is stored: aiohttp turns bytes that are not UTF-8 into surrogates it cannot encode
             headers.get("x-session-id", "").encode("utf-8")
@@ -333,37 +372,47 @@ class ChatServer:
 
 
     async def _read_body(self, request: web.Request) -> bytes:
-        """The whole body, decompressed, or a 408 when it does not arrive within ``body_timeout_s``."""
+        """The whole body, decompressed; a 413 at once when its declared length is over the limit (nothing
+        is read), a 408 when it does not arrive within ``body_timeout_s``."""
+        limit = self.settings.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise ApiError(f"the request body is declared as {request.content_length} bytes (Content-Length), larger "
+                           f"than the {limit} bytes this server accepts (--max-body-mb)", status=413,
+                           code="request_too_large", close=True)
         try:
             raw = await asyncio.wait_for(request.read(), self.settings.body_timeout_s)
         except asyncio.TimeoutError:
             raise ApiError(f"the request body did not arrive within {self.settings.body_timeout_s:g} s", status=408,
-                           code="request_timeout") from None
+                           code="request_timeout", close=True) from None
         return decode_body(raw, request.headers.get("Content-Encoding"), self.settings.max_body_bytes)
 
-    async def _fit(self, req: ChatRequest, wanted: int) -> tuple[list[dict[str, Any]], list[int], int]:
-        """``(messages as the model sees them, prompt ids, tokens cut)``, rendered in the render thread (seconds
-        for a huge prompt), off the event loop. A prompt that does not fit the context leaves room for ``wanted``
-        new tokens (at most a quarter of the context) by cutting the system prompt's middle
-        (``chat/overflow.py``), or is refused with ``context_overflow: error``."""
+    async def _fit(self, req: ChatRequest, wanted: int, big: bool) -> tuple[list[dict[str, Any]], list[int], int]:
+        """``(messages as the model sees them, prompt ids, tokens cut)``. A prompt that does not fit the context
+        leaves room for ``wanted`` new tokens (at most a quarter of the context) by cutting the system prompt's
+        middle (``chat/overflow.py``), or is refused with ``context_overflow: error``.
+
+        Rendering runs off the event loop, in one of two lanes: a ``big`` request (a body over
+        ``BIG_REQUEST_BYTES``) in the lane of big prompts (one thread), every other one in the lane of small
+        prompts (two threads). Tokenizing a 7 MB prompt takes seconds; only another big prompt waits behind it,
+        never another client's chat. And a prompt that cannot fit even with its system prompt cut is refused
+        before it is tokenized at all, on a lower bound of its tokens (``_render_or_refuse``)."""
         ctx = self.engine.context_length
+        budget = ctx - min(wanted, ctx // 4)
         render = functools.partial(self._render, tools=req.tools, tool_choice=req.tool_choice,
                                    template_kwargs=req.template_kwargs)
         loop = asyncio.get_running_loop()
-        ids = await loop.run_in_executor(self._render_pool, render, req.messages)
+        lane = self._lanes[big]
+        ids = await loop.run_in_executor(lane, self._render_or_refuse, req, budget)
         if len(ids) < ctx:
             return req.messages, ids, 0
-        refusal = (f"the prompt is {len(ids)} tokens, but this model's context is {ctx} tokens "
-                   f"({self.settings.model_name})")
         if self.settings.context_overflow != "trim":
-            raise ApiError(f"{refusal}; shorten the messages, serve a model with a longer context, or serve with "
-                           "--context-overflow trim", param="messages", code="context_length_exceeded")
+            raise self._overflow(f"the prompt is {len(ids)} tokens")
         tok = self.tokenizer
-        fit = functools.partial(fit_messages, render=render, budget=ctx - min(wanted, ctx // 4), context=ctx,
+        fit = functools.partial(fit_messages, render=render, budget=budget, context=ctx,
                                 encode=lambda t: tok.encode(t, add_special_tokens=False), decode=tok.decode)
         sent = len(ids)
         try:
-            seen, ids, cut = await loop.run_in_executor(self._render_pool, fit, req.messages, ids)
+            seen, ids, cut = await loop.run_in_executor(lane, fit, req.messages, ids)
         except ValueError as e:
             raise ApiError(str(e), param="messages", code="context_length_exceeded") from None
         log.info("prompt of %d tokens cut to %d (%d tokens of the system prompt's middle) to fit the %d-token "
@@ -371,11 +420,38 @@ class ChatServer:
         self.metrics.inc("openclaw_prompt_tokens_cut_total", cut, help="System-prompt tokens cut to fit the context")
         return seen, ids, cut
 
+    def _render_or_refuse(self, req: ChatRequest, budget: int) -> list[int]:
+        """The prompt ids, or a 400 before tokenizing when lower bounds of the prompt's tokens (its text's bytes
+        over the most bytes one token stands for) show it cannot be served: past the context, and, where the
+        system prompt may be cut (``context_overflow: trim``), past ``budget`` without the system prompt too."""
+        with _template_errors():
+            text = self.renderer.text(req.messages, req.tools, req.tool_choice, template_kwargs=req.template_kwargs)
+        n_bytes = len(text.encode("utf-8", "surrogatepass"))
+        fewest = self.renderer.fewest_tokens(n_bytes)
+        if fewest >= self.engine.context_length:
+            prompt_is = f"the prompt is at least {fewest} tokens ({n_bytes} bytes of text; counted without tokenizing it)"
+            cuttable = cuttable_text(req.messages) if self.settings.context_overflow == "trim" else ""
+            if cuttable:
+                fewest = self.renderer.fewest_tokens(n_bytes - len(cuttable.encode("utf-8", "surrogatepass")))
+                prompt_is += f", at least {fewest} without its system prompt"
+            if fewest > (budget if self.settings.context_overflow == "trim" else 0):
+                self.metrics.inc("openclaw_prompts_refused_untokenized_total",
+                                 help="Prompts refused as too long before they were tokenized")
+                raise self._overflow(prompt_is)
+        return self._render(req.messages, req.tools, req.tool_choice, req.template_kwargs)
+
+    def _overflow(self, prompt_is: str) -> ApiError:
+        """The 400 for a prompt that does not fit the context, ``prompt_is`` saying how long it is."""
+        refusal = f"{prompt_is}, but this model's context is {self.engine.context_length} tokens ({self.settings.model_name})"
+        if self.settings.context_overflow == "trim":
+            return ApiError(f"{refusal}, and cutting the system prompt cannot make it fit: shorten the conversation or "
+                            "serve a model with a longer context", param="messages", code="context_length_exceeded")
+        return ApiError(f"{refusal}; shorten the messages, serve a model with a longer context, or serve with "
+                        "--context-overflow trim", param="messages", code="context_length_exceeded")
+
     def _render(self, messages: list[dict[str, Any]], tools, tool_choice, template_kwargs=None) -> list[int]:
-        try:
+        with _template_errors():
             return self.renderer.render(messages, tools, tool_choice, template_kwargs=template_kwargs)
-        except Exception as e:  # a template that cannot render these messages
-            raise ApiError(f"the chat template could not render these messages: {e}", param="messages") from None
 
 
 class _Generation:
@@ -544,16 +620,27 @@ class _Generation:
             log.exception("could not record an abandoned turn")
 
 
+@contextlib.contextmanager
+def _template_errors():
+    """A chat template that cannot render the messages (it raised) is the request's error, a 400."""
+    try:
+        yield
+    except ApiError:
+        raise
+    except Exception as e:
+        raise ApiError(f"the chat template could not render these messages: {e}", param="messages") from None
+
+
 def _label(user: str | None) -> str:
     """A Prometheus label value: escaped, and 'anonymous' for requests without an identity."""
-    return (user or "anonymous").replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+    return label_value(user or "anonymous")
 
 
-def _key_identity(request: web.Request) -> str | None:
-    """A stable, non-secret identity for the API key a client sent (never the key itself)."""
-    auth = request.headers.get("Authorization", "")
-    if auth[:7].lower() != "bearer " or not auth[7:].strip():
-        return None
-    import hashlib
+def _details(status: dict[str, Any], details: bool) -> dict[str, Any]:
+    """A component's status without its error texts (they can name paths) unless ``details`` may be shown."""
+    return status if details else {k: v for k, v in status.items() if k != "last_error"}
 
-    return "key:" + hashlib.sha256(auth[7:].strip().encode("utf-8", "surrogateescape")).hexdigest()[:12]
+
+def _public_model_name(name: str) -> str:
+    """The model's name as a request without a key sees it: a local path's last component, a hub id as it is."""
+    return name if "/" not in name or is_hub_id(name) else Path(name).name

@@ -40,6 +40,12 @@ def _longest_system(messages: Sequence[dict[str, Any]]) -> int | None:
     return max(found)[1] if found else None
 
 
+def cuttable_text(messages: Sequence[dict[str, Any]]) -> str:
+    """The text ``fit_messages`` may cut to make a prompt fit: the longest all-text system message's ('' when none)."""
+    index = _longest_system(messages)
+    return _text(messages[index]) if index is not None else ""
+
+
 def fit_messages(messages: list[dict[str, Any]], ids: list[int], render: Callable[[list[dict[str, Any]]], list[int]],
                  encode: Callable[[str], list[int]], decode: Callable[[list[int]], str], budget: int,
                  context: int) -> tuple[list[dict[str, Any]], list[int], int]:

@@ -10,6 +10,7 @@ messages wrapped in ``<tool_response>``.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -45,6 +46,47 @@ class PromptRenderer:
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tool_choice: Any = "auto",
                add_generation_prompt: bool = True, template_kwargs: dict[str, Any] | None = None) -> list[int]:
         """Prompt ids; ``template_kwargs`` are extra variables for the template (``enable_thinking``)."""
+        msgs, extra = self._template_input(messages, tools, tool_choice)
+        ids = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=add_generation_prompt, tokenize=True,
+                                                 return_dict=False, **(template_kwargs or {}), **extra)
+        return list(ids)
+
+    def text(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], tool_choice: Any = "auto",
+             template_kwargs: dict[str, Any] | None = None) -> str:
+        """The prompt as text, not tokenized: what ``render`` encodes (cheap next to encoding a huge prompt)."""
+        msgs, extra = self._template_input(messages, tools, tool_choice)
+        return self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False,
+                                                  **(template_kwargs or {}), **extra)
+
+    def fewest_tokens(self, n_bytes: int) -> int:
+        """A lower bound on the tokens that ``n_bytes`` bytes of UTF-8 text encode to, found without encoding
+        them: no token stands for more bytes than ``max_token_bytes``. 0 when the vocabulary is unknown."""
+        per_token = self.max_token_bytes
+        return -(-n_bytes // per_token) if per_token else 0
+
+    @functools.cached_property
+    def max_token_bytes(self) -> int:
+        """The most bytes of text one token can stand for, over-estimated, for a tokenizer that spells every
+        byte of its input with tokens (byte-level BPE, or SentencePiece with byte fallback): the UTF-8 length
+        of the longest vocabulary entry (a byte-level entry spells each byte with one character of one or two
+        bytes; a SentencePiece entry spells a space with a three-byte '▁'), times 4 when the tokenizer
+        normalizes text first (normalizing can shrink text, e.g. Hangul jamo composing to a third of their
+        bytes). 0 for other tokenizers (a WordPiece one drops whitespace: no bound holds) and when there is
+        no vocabulary to read."""
+        tok = getattr(self.tokenizer, "tokenizer", self.tokenizer)  # a processor wraps its tokenizer
+        backend = getattr(tok, "backend_tokenizer", None)
+        decoder = str(getattr(backend, "decoder", None))
+        if "ByteLevel" not in decoder and "ByteFallback" not in decoder:
+            return 0
+        try:
+            longest = max(len(t.encode("utf-8", "surrogatepass")) for t in tok.get_vocab())
+        except Exception:
+            return 0
+        return longest * (4 if backend.normalizer is not None else 1)
+
+    def _template_input(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                        tool_choice: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """``(messages, extra template variables)`` as the chat template takes them."""
         use_tools = bool(tools) and tool_choice != "none"
         if self.native_tools:
             msgs = [self._native(m) for m in messages]
@@ -56,9 +98,7 @@ class PromptRenderer:
             name = tool_choice["function"]["name"] if isinstance(tool_choice, dict) else None
             must = f"You must call the function {name}." if name else "You must call at least one function."
             msgs = _append_to_system(msgs, must)
-        ids = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=add_generation_prompt, tokenize=True,
-                                                 return_dict=False, **(template_kwargs or {}), **extra)
-        return list(ids)
+        return msgs, extra
 
     @staticmethod
     def _native(m: dict[str, Any]) -> dict[str, Any]:

@@ -317,15 +317,20 @@ class Store:
                     check["hint_checks"], int(check["follows"]), check["reason"], check["sample"], check["tokens"],
                     check["seconds"], time.time()))
 
-    def teacher_check_summary(self, recent: int = 5) -> dict[str, Any]:
+    def teacher_check_summary(self, recent: int = 5, only_user: str | None = None) -> dict[str, Any]:
         """For ``/healthz`` and ``/metrics``: hinted turns whose teacher follows the hint, those whose
-        teacher does not, and the latest ``recent`` of the latter (newest first)."""
+        teacher does not, and the latest ``recent`` of the latter (newest first; ``only_user``'s alone
+        when given: a hint is what its user said)."""
         with self._lock:
             follows, cannot = self._conn.execute(
                 "SELECT COALESCE(SUM(follows), 0), COALESCE(SUM(1 - follows), 0) FROM teacher_checks").fetchone()
             rows = self._conn.execute(
-                """SELECT session_id, turn_idx, hint, gap, hint_gap, same_answer, sample FROM teacher_checks WHERE follows=0
-                   ORDER BY at DESC LIMIT ?""", (recent,)).fetchall()
+                f"""SELECT c.session_id, c.turn_idx, c.hint, c.gap, c.hint_gap, c.same_answer, c.sample
+                    FROM teacher_checks c {'JOIN turns t ON t.session_id=c.session_id AND t.idx=c.turn_idx'
+                                           if only_user is not None else ''}
+                    WHERE c.follows=0 {'AND t.user=?' if only_user is not None else ''}
+                    ORDER BY c.at DESC LIMIT ?""",
+                ((only_user,) if only_user is not None else ()) + (recent,)).fetchall()
         return {"hints_teacher_follows": follows, "hints_teacher_cannot_follow": cannot,
                 "hints_unfollowed_recent": [{"session_id": r["session_id"], "turn": r["turn_idx"], "hint": r["hint"],
                                              "gap": r["gap"], "hint_gap": r["hint_gap"],
@@ -340,11 +345,13 @@ class Store:
                     ORDER BY created_at, rowid""", (user or "",)).fetchall()
         return [_preference(r) for r in rows]
 
-    def preference_counts(self) -> dict[str, dict[str, int]]:
-        """For ``/healthz``: per user (``-`` without one), preferences stored and how many are standing."""
+    def preference_counts(self, only_user: str | None = None) -> dict[str, dict[str, int]]:
+        """For ``/healthz``: per user (``-`` without one), preferences stored and how many are standing
+        (``only_user``'s alone when given)."""
         with self._lock:
             rows = self._conn.execute(
-                "SELECT user, COUNT(*), SUM(standing) FROM preferences GROUP BY user ORDER BY user").fetchall()
+                f"""SELECT user, COUNT(*), SUM(standing) FROM preferences {'WHERE user=?' if only_user is not None else ''}
+                    GROUP BY user ORDER BY user""", (only_user,) if only_user is not None else ()).fetchall()
         return {r[0] or "-": {"preferences": r[1], "standing": r[2]} for r in rows}
 
     def replay_turns(self, user: str | None, exclude: set[tuple[str, int]], limit: int) -> list[JudgedTurn]:
