@@ -94,11 +94,14 @@ def test_per_user_keys_name_the_user_of_turns_and_metrics(make_server):
     judged = wait_for_verdicts(srv, 2)
     assert {(t["verdict"]) for t in judged} == {1, -1}
     assert {s["user"] for s in srv.records()["sessions"]} == {"alice", "bob"}
-    req = urllib.request.Request(srv.base + "/metrics", headers={"Authorization": "Bearer key-a"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        metrics = r.read().decode()
-    assert 'openclaw_user_verdict_mean{user="alice"} 1' in metrics
-    assert 'openclaw_user_verdict_mean{user="bob"} -1' in metrics
+    metrics = {}
+    for key in ("key-a", "key-b"):
+        req = urllib.request.Request(srv.base + "/metrics", headers={"Authorization": f"Bearer {key}"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            metrics[key] = r.read().decode()
+    # each user's key shows that user's own per-user series, never another user's
+    assert 'openclaw_user_verdict_mean{user="alice"} 1' in metrics["key-a"] and 'user="bob"' not in metrics["key-a"]
+    assert 'openclaw_user_verdict_mean{user="bob"} -1' in metrics["key-b"] and 'user="alice"' not in metrics["key-b"]
     try:
         chat_as("key-c", [{"role": "user", "content": "who?"}])
         raise AssertionError("an unknown key was accepted")
