@@ -203,10 +203,12 @@ def test_label_values_escape_what_the_format_escapes_and_show_every_other_contro
 
 
 # ---------------------------------------------------------------------------------------------- 3, 4: framing
+@pytest.mark.parametrize("method, path", [("POST", "/v1/chat/completions"), ("GET", "/healthz")])
 @pytest.mark.parametrize("declared", [99_999_999_999_999, 9 * 1024 * 1024])
-def test_a_body_declared_over_the_limit_is_refused_at_once(srv, declared):
-    """It was waited for (60 s, a connection slot held) and answered 408; now a 413 at once, then closed."""
-    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {SHARED}\r\n"
+def test_a_body_declared_over_the_limit_is_refused_at_once(srv, declared, method, path):
+    """It was waited for (60 s, a connection slot held) and answered 408; now a 413 at once, then closed,
+    on any endpoint."""
+    head = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {SHARED}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {declared}\r\n\r\n{{}}").encode()
     out, took, closed = raw_exchange(srv.port, head, timeout=20)
     status, err, ctype = json_error(out)

@@ -13,6 +13,8 @@
   (413 past it, so a small compressed body cannot expand into gigabytes); a body that does not
   inflate is a 400 naming the encoding; other encodings are a 415.
 - **HTTP/0.9** (a request line with no version): refused with a 400, the connection closed.
+- **A body declared too big** (``Content-Length`` over the body limit): a 413 before any of it is
+  read, the connection closed.
 - **Which key was sent** (``sent_key``): ``Authorization: Bearer <key>``, else ``x-api-key: <key>``
   (Anthropic's clients send that): the same key is the same key whichever header carries it.
 - **Who the user is** (``request_user``): a per-user key names its user; a request that did not
@@ -80,6 +82,15 @@ def check_http_version(version: tuple[int, int]) -> None:
     if tuple(version) < (1, 0):
         raise ApiError("HTTP/0.9 requests (a request line without an HTTP version) are not served; send HTTP/1.1",
                        param="http-version", code="http_version_not_supported", close=True)
+
+
+def check_declared_length(content_length: int | None, limit: int) -> None:
+    """A 413 at once for a body declared (``Content-Length``) over ``limit`` bytes, on any endpoint: nothing
+    of it is read, and the connection is closed rather than held while the rest arrives or does not."""
+    if content_length is not None and content_length > limit:
+        raise ApiError(f"the request body is declared as {content_length} bytes (Content-Length), larger than the "
+                       f"{limit} bytes this server accepts (--max-body-mb)", status=413, code="request_too_large",
+                       close=True)
 
 
 def normalize_origin(origin: str) -> str:

@@ -37,6 +37,7 @@ from slime_ext.api.policy import (
     PUBLIC,
     Access,
     check_content_type,
+    check_declared_length,
     check_host,
     check_http_version,
     check_origin,
@@ -189,9 +190,10 @@ class ChatServer:
 
     @web.middleware
     async def _policy_middleware(self, request: web.Request, handler):
-        """HTTP/0.9, Host (DNS rebinding) and Origin (cross-site requests) checks; CORS preflights of allowed
-        origins."""
+        """HTTP/0.9, a body declared over the limit, Host (DNS rebinding) and Origin (cross-site requests)
+        checks; CORS preflights of allowed origins."""
         check_http_version(request.version)
+        check_declared_length(request.content_length, self.settings.max_body_bytes)
         if self._check_host:
             check_host(request.headers.get("Host"), self._hosts)
         if check_origin(request.headers.get("Origin"), self._origins):
@@ -372,13 +374,8 @@ class ChatServer:
 
 
     async def _read_body(self, request: web.Request) -> bytes:
-        """The whole body, decompressed; a 413 at once when its declared length is over the limit (nothing
-        is read), a 408 when it does not arrive within ``body_timeout_s``."""
-        limit = self.settings.max_body_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise ApiError(f"the request body is declared as {request.content_length} bytes (Content-Length), larger "
-                           f"than the {limit} bytes this server accepts (--max-body-mb)", status=413,
-                           code="request_too_large", close=True)
+        """The whole body, decompressed, or a 408 when it does not arrive within ``body_timeout_s`` (one declared
+        over the limit was refused before: ``check_declared_length``)."""
         try:
             raw = await asyncio.wait_for(request.read(), self.settings.body_timeout_s)
         except asyncio.TimeoutError:
