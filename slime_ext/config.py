@@ -67,6 +67,10 @@ class ServeConfig(LearningConfig):
                                             "message, keep the conversation; the response says how many tokens in "
                                             "X-OpenClaw-RL-Prompt-Tokens-Cut) or error (400 context_length_exceeded)",
                                     group=SERVING, choices=("trim", "error"))
+    memory: str = setting("off", "the preference memory: on serves each user's requests with their standing "
+                                 "preferences (\"from now on ...\") in the system message; a request's "
+                                 "X-OpenClaw-RL-Memory: off serves it without (chat/memory.py)", group=SERVING,
+                          choices=("on", "off"))
     max_tokens_cap: int = setting(1024, "most new tokens per response", group=SERVING)
     default_max_tokens: int = setting(512, "new tokens when a request names none", group=SERVING)
     sampling_defaults: str = setting("model", "temperature / top_p of a request that names none: the model's "

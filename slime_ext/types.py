@@ -171,6 +171,7 @@ class Turn:
     reply_key: str = ""  # fingerprint of the reply, to recognise it in a later request's history
     history_keys: list[str] = field(default_factory=list)  # fingerprints of the prompt messages
     created_at: float = 0.0
+    memory: list[str] | None = None  # the standing preferences the preference memory added (chat/memory.py)
 
 
 try:  # pragma: no cover - only on a machine with Slime

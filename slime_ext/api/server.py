@@ -50,6 +50,8 @@ from slime_ext.api.policy import (
     sent_key,
 )
 from slime_ext.api.schemas import ChatRequest, parse_chat_request
+from slime_ext.chat.memory import HEADER as MEMORY_HEADER
+from slime_ext.chat.memory import with_memory
 from slime_ext.chat.overflow import cuttable_text, fit_messages
 from slime_ext.chat.prompt import PromptRenderer, stop_token_ids
 from slime_ext.chat.reply import ReplyParser
@@ -88,6 +90,7 @@ class ServerSettings:
     max_connections: int = 1000  # open connections; past it the longest-waiting idle one is closed
     # a prompt past the context: "trim" (cut the middle of the longest system message, chat/overflow.py) or "error"
     context_overflow: str = "trim"
+    memory: bool = False  # serve each user's requests with their standing preferences (chat/memory.py)
 
 
 class ChatServer:
@@ -341,8 +344,11 @@ class ChatServer:
         except RecursionError:  # e.g. 100000 nested '[': the decoder gives up before finding an error
             raise ApiError("the request body could not be parsed as JSON: it is nested too deeply", code="invalid_json") from None
         req = parse_chat_request(body)
+        user = request_user(request[ACCESS].user, req.user, key_identity(sent_key(request.headers)), self._keyed_users)
+        memory = await self._memory(request, user)
         wanted = min(req.max_tokens or self.settings.default_max_tokens, self.settings.max_tokens_cap)
-        seen, prompt_ids, cut = await self._fit(req, wanted, big=len(raw) > BIG_REQUEST_BYTES)
+        served = dataclasses.replace(req, messages=with_memory(req.messages, memory))
+        seen, prompt_ids, cut = await self._fit(served, wanted, big=len(raw) > BIG_REQUEST_BYTES)
         ctx = self.engine.context_length
         max_new = min(wanted, ctx - len(prompt_ids))
         defaults = self.settings.sampling  # the request's own values win
@@ -351,7 +357,6 @@ class ChatServer:
             top_p=defaults.top_p if req.top_p is None else req.top_p,
             max_new_tokens=max_new, seed=req.seed, stop_token_ids=() if req.ignore_eos else self.stop_ids,
         )
-        user = request_user(request[ACCESS].user, req.user, key_identity(sent_key(request.headers)), self._keyed_users)
         headers = {k.lower(): v for k, v in request.headers.items() if k.lower().startswith("x-")}
         try:  # the session id is stored: aiohttp turns bytes that are not UTF-8 into surrogates it cannot encode
             headers.get("x-session-id", "").encode("utf-8")
@@ -360,9 +365,10 @@ class ChatServer:
         assignment = self.tracker.assign(req.messages, headers, user)
         if assignment.next_state_for is not None and self.judge_worker:
             self.judge_worker.notify()
-        # the turn records the messages the model saw (a cut system prompt); the tracker matched the sent ones
+        # the turn records the messages the model saw (the memory, a cut system prompt); the tracker matched the
+        # sent ones
         gen = _Generation(self, dataclasses.replace(req, messages=seen), prompt_ids, sampling, assignment, user,
-                          received, cut)
+                          received, cut, memory)
         self.in_flight += 1
         self.metrics.inc("openclaw_requests_total", help="Chat requests accepted", stream=str(req.stream).lower())
         try:
@@ -372,6 +378,17 @@ class ChatServer:
         finally:
             self.in_flight -= 1
 
+
+    async def _memory(self, request: web.Request, user: str | None) -> list[str]:
+        """The standing preferences of ``user`` the preference memory adds to this request (``chat/memory.py``):
+        none with ``--memory off`` or the request header ``X-OpenClaw-RL-Memory: off``."""
+        wanted = (request.headers.get(MEMORY_HEADER) or "on").strip().lower()
+        if wanted not in ("on", "off"):
+            raise ApiError(f"the {MEMORY_HEADER} header must be 'on' or 'off'", param=MEMORY_HEADER.lower(),
+                           code="invalid_header")
+        if not self.settings.memory or wanted == "off":
+            return []
+        return [p["hint"] for p in await self.store.run(self.store.preferences, user, True)]
 
     async def _read_body(self, request: web.Request) -> bytes:
         """The whole body, decompressed, or a 408 when it does not arrive within ``body_timeout_s`` (one declared
@@ -455,8 +472,9 @@ class _Generation:
     """One chat completion: runs the engine, feeds the parser, records the turn."""
 
     def __init__(self, server: ChatServer, req: ChatRequest, prompt_ids, sampling, assignment: Assignment, user, received,
-                 cut: int = 0):
+                 cut: int = 0, memory: list[str] | None = None):
         self.s = server
+        self.memory = memory or None  # the standing preferences the memory added to the prompt
         self.cut = cut  # system-prompt tokens cut to fit the context (reported in a response header)
         self.req = req
         self.prompt_ids = prompt_ids
@@ -538,7 +556,7 @@ class _Generation:
                       "max_new_tokens": self.sampling.max_new_tokens, "seed": self.sampling.seed, "stop": self.req.stop,
                       **({"chat_template_kwargs": self.req.template_kwargs} if self.req.template_kwargs else {})},
             timings={"received": self.t_received, "first_token": self.t_first or now, "done": now},
-            reply_key=message_key(msg), history_keys=self.a.history_keys, created_at=now,
+            reply_key=message_key(msg), history_keys=self.a.history_keys, created_at=now, memory=self.memory,
         )
         await self.s.store.run(self.s.store.insert_turn, turn)
         if self.a.main_line and not turn.main_line:

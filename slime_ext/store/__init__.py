@@ -132,6 +132,7 @@ TURN_COLUMNS = {
     "failures": "INTEGER",           # training steps that raised with this turn in them (2: set aside, dropped)
     "refusals": "INTEGER",           # catch-up steps the canary refused with this turn in them (then smaller steps)
     "setback": "TEXT",               # the last of these, with its reason (records)
+    "memory": "TEXT",                # the standing preferences the preference memory added to its prompt (JSON)
 }
 
 
@@ -236,8 +237,8 @@ class Store:
                 """INSERT INTO turns (session_id, idx, main_line, reason, request_id, user, policy_version,
                    policy_version_end, finish_reason, prompt_token_ids, response_token_ids, response_logprobs,
                    response_text, tool_calls, messages, sampling, timings, reply_key, history_keys, created_at,
-                   tools, tool_choice)
-                   VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""",
+                   tools, tool_choice, memory)
+                   VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)""",
                 (
                     turn.session_id, turn.index, int(turn.main_line), turn.reason, turn.request_id, turn.user,
                     turn.policy_version, turn.policy_version_end, turn.finish_reason,
@@ -248,6 +249,7 @@ class Store:
                     turn.reply_key, json.dumps(turn.history_keys), turn.created_at or time.time(),
                     json.dumps(turn.tools) if turn.tools else None,
                     json.dumps(turn.tool_choice) if turn.tool_choice is not None else None,
+                    json.dumps(turn.memory) if turn.memory else None,
                 ),
             )
             self._conn.execute(
@@ -291,9 +293,14 @@ class Store:
 
     def _add_preference(self, session_id: str, idx: int, hint: str, standing: bool, now: float) -> None:
         """Within a transaction: the turn's user's preference ``hint`` (a known one is refreshed, and
-        stays standing once it was), then the user's least recently stated ones past the cap dropped."""
-        row = self._conn.execute("SELECT user FROM turns WHERE session_id=? AND idx=?", (session_id, idx)).fetchone()
-        user = (row["user"] if row else None) or ""
+        stays standing once it was), then the user's least recently stated ones past the cap dropped. Only
+        what the user wrote makes a preference: a hint drawn from a tool result (a page, a file that says
+        "from now on ...") teaches its turn and is kept nowhere else."""
+        row = self._conn.execute("SELECT user, next_state_role FROM turns WHERE session_id=? AND idx=?",
+                                 (session_id, idx)).fetchone()
+        if row is None or row["next_state_role"] != "user":
+            return
+        user = row["user"] or ""
         self._conn.execute(
             """INSERT INTO preferences (user, key, hint, session_id, turn_idx, standing, created_at, last_at)
                VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (user, key) DO UPDATE SET session_id=excluded.session_id,
@@ -545,6 +552,7 @@ def export_records(run_dir: str | Path) -> dict[str, Any]:
                         "verdict": t["verdict"],
                         "hint_votes": votes.get(("hint", s["id"], t["idx"]), []),
                         "hint": t["hint"],
+                        "memory": json.loads(t["memory"]) if t["memory"] else None,
                         "teacher_logprobs": json.loads(t["teacher_logprobs"]) if t["teacher_logprobs"] else None,
                         "teacher_check": checks.get((s["id"], t["idx"])),
                         "trained_in_version": t["trained_in_version"],
