@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from slime_ext.config import JUDGING, SERVING, ServeConfig, load_yaml
@@ -129,6 +130,47 @@ def teacher_check_line(c: dict[str, Any]) -> str:
             f"{c['sample'][:60]!r}")
 
 
+def cmd_memory(args: argparse.Namespace) -> int:
+    """``memory list|forget|clear``: each user's preferences, as the preference memory serves them."""
+    from slime_ext.store import DB_NAME, Store
+
+    if not (Path(args.run_dir) / DB_NAME).exists():
+        print(f"openclaw-rl memory: no {DB_NAME} in {args.run_dir}: not a run directory", file=sys.stderr)
+        return 2
+    user = None if args.user in (None, "-") else args.user
+    store = Store(args.run_dir)
+    try:
+        if args.action == "list":
+            users = [args.user] if args.user else store.preference_users()
+            if not users:
+                print("no preferences stored")
+            for name in users:
+                prefs = store.preferences(None if name == "-" else name)
+                print(f"{name}: {len(prefs)} preference{'s' if len(prefs) != 1 else ''}")
+                for p in prefs:
+                    print(f"  [{p['id']}] {preference_line(p)}")
+            return 0
+        if args.user is None:
+            print(f"openclaw-rl memory {args.action}: name the user with --user NAME ('-' for requests without "
+                  "one)", file=sys.stderr)
+            return 2
+        if args.action == "forget":
+            if args.id is None:
+                print("openclaw-rl memory forget: give the preference's id (the [N] of `memory list`)", file=sys.stderr)
+                return 2
+            hint = store.forget_preference(user, args.id)
+            if hint is None:
+                print(f"openclaw-rl memory forget: {args.user} has no preference [{args.id}]", file=sys.stderr)
+                return 1
+            print(f"forgot [{args.id}] {hint!r} of {args.user}")
+            return 0
+        n = store.clear_preferences(user)
+        print(f"cleared {n} preference{'s' if n != 1 else ''} of {args.user}")
+        return 0
+    finally:
+        store.close()
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     from slime_ext.models import BUILTIN_MODELS, cache_dir, resolve_model
 
@@ -152,6 +194,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", required=True, help="the run directory given to serve")
     p.add_argument("--json", action="store_true", help="one JSON object: {sessions: [{id, user, turns: [...]}]}")
     p.set_defaults(fn=cmd_records)
+    p = sub.add_parser("memory", help="list or delete users' preferences (what --memory on serves them with)",
+                       description="List each user's preferences (standing ones are what the preference memory "
+                                   "adds to their requests), forget one by its id, or clear a user's. Works while "
+                                   "the server runs: the next request sees the change.")
+    p.add_argument("action", choices=("list", "forget", "clear"))
+    p.add_argument("id", nargs="?", type=int, help="forget: the preference's id, the [N] that `memory list` prints")
+    p.add_argument("--run-dir", required=True, help="the run directory given to serve")
+    p.add_argument("--user", help="whose preferences ('-': requests without a user); list: all users when omitted")
+    p.set_defaults(fn=cmd_memory)
     p = sub.add_parser("models", help="list the built-in models and where they are cached",
                        description="List built-in models; --prepare converts them now instead of on first use.")
     p.add_argument("--prepare", action="store_true", help="convert / build every built-in model now")

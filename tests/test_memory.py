@@ -8,6 +8,7 @@ judged turns."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 
@@ -118,3 +119,152 @@ def test_the_memory_is_off_unless_asked_for(make_server, tmp_path, renderer):
     messages = [{"role": "user", "content": "Name a color."}]
     status, out = chat(srv, "ak", messages)
     assert status == 200 and recorded(srv, out["id"])["prompt_token_ids"] == renderer.render(messages, [])
+
+
+# ---------------------------------------------------------------------------------------------- the rules
+@pytest.mark.parametrize("older, newer, kept", [
+    (["Answer in French."], "From now on, answer in English.", ["From now on, answer in English."]),
+    (["Start every answer with 'So,'."], "Begin each reply with 'Well,'.", ["Begin each reply with 'Well,'."]),
+    (["Keep answers under ten words."], "Give detailed answers from now on.", ["Give detailed answers from now on."]),
+    (["Answer in French.", "Use bullet points."], "Reply in Spanish.", ["Use bullet points.", "Reply in Spanish."]),
+    (["Always cite sources."], "Answer in French.", ["Always cite sources.", "Answer in French."]),  # no contradiction
+])
+def test_a_newer_standing_preference_replaces_an_older_one_about_the_same_thing(tmp_path, older, newer, kept):
+    store = Store(tmp_path / "run")
+    for i, hint in enumerate([*older, newer]):
+        add_turn(store, f"s{i}", "alice")
+        judge(store, f"s{i}", hint)
+    assert [p["hint"] for p in store.preferences("alice")] == kept
+
+
+def test_a_one_off_correction_replaces_nothing(tmp_path):
+    store = Store(tmp_path / "run")
+    add_turn(store, "s0", "alice")
+    judge(store, "s0", "Answer in French.")
+    add_turn(store, "s1", "alice")
+    judge(store, "s1", "That should have been in English.", standing=False)
+    assert [(p["hint"], p["standing"]) for p in store.preferences("alice")] == [
+        ("Answer in French.", True), ("That should have been in English.", False)]
+
+
+@pytest.mark.parametrize("message, kind", [
+    ("Forget that.", "last"), ("never mind", "last"), ("OK, scratch that!", "last"), ("please forget what I said", "last"),
+    ("Stop starting with 'So,'.", "matching"), ("Don't answer in French anymore.", "matching"),
+    ("You can stop using bullet points", "matching"), ("no longer keep it short", "matching"),
+    ("Don't answer in French.", None), ("Forget that, the meeting is at 3.", None), ("Thanks!", None),
+    ("What is the capital of France?", None),
+])
+def test_what_takes_a_preference_back(message, kind):
+    from slime_ext.chat.memory import retraction
+
+    assert (retraction(message) or (None,))[0] == kind
+
+
+def test_forget_that_removes_what_was_just_stated_and_stop_removes_what_it_names(tmp_path):
+    store = Store(tmp_path / "run")
+    for i, hint in enumerate(["Answer in French.", "Start every answer with 'So,'.", "Always cite sources."]):
+        add_turn(store, f"s{i}", "alice")  # turn 0's follow-up stated the preference
+        judge(store, f"s{i}", hint)
+        add_turn(store, f"s{i}", "alice", idx=1)  # turn 1 answered it
+    add_turn(store, "b0", "bob")
+    judge(store, "b0", "Start every answer with 'Hi,'.")
+    assert store.retract_preferences("s0", 0, "matching", "starting with 'So,'") == ["Start every answer with 'So,'."]
+    assert store.retract_preferences("s2", 0, "last") == []  # "forget that" before it was even said: nothing
+    assert store.retract_preferences("s0", 1, "last") == ["Answer in French."]  # "forget that" after stating it
+    assert store.retract_preferences("s2", 1, "last") == ["Always cite sources."]
+    assert store.preferences("alice") == []
+    assert [p["hint"] for p in store.preferences("bob")] == ["Start every answer with 'Hi,'."]  # never another's
+
+
+def test_past_the_token_budget_the_oldest_preferences_are_left_out():
+    from slime_ext.chat.memory import fit_memory
+
+    words = lambda text: len(text.split())  # noqa: E731
+    hints = ["one two three", "four five", "six"]
+    assert fit_memory(hints, words, 10_000) == hints
+    budget = words(memory_block(hints[1:]))
+    assert fit_memory(hints, words, budget) == hints[1:]
+    assert fit_memory(hints, words, 0) == []
+
+
+# ---------------------------------------------------------------------------------------------- seen and edited
+def http(s: ServerProcess, method: str, path: str, key: str) -> tuple[int, dict]:
+    req = urllib.request.Request(s.base + path, method=method, headers={"Authorization": f"Bearer {key}"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_a_user_lists_and_deletes_their_own_memory_over_http_and_never_anothers(make_server, tmp_path):
+    seed(tmp_path / "seeded")
+    srv = make_server(run_dir=tmp_path / "seeded", extra=["--memory", "on", "--api-key", "shared",
+                                                          "--user-key", "alice=ak", "--user-key", "bob=bk"])
+    status, mine = http(srv, "GET", "/v1/memory", "ak")
+    assert status == 200 and mine["user"] == "alice" and mine["memory"] == "on", mine
+    assert {(p["hint"], p["standing"], p["applied"]) for p in mine["data"]} == {
+        ("Answer in French.", True, True), ("The capital is Paris.", False, False)}
+    bobs = http(srv, "GET", "/v1/memory", "bk")[1]["data"]
+    assert [p["hint"] for p in bobs] == ["Answer in haiku."]
+    assert http(srv, "DELETE", f"/v1/memory/{bobs[0]['id']}", "ak")[0] == 404  # bob's, not alice's to delete
+    assert http(srv, "GET", "/v1/memory?user=bob", "shared")[0] == 403  # a keyed user's memory needs their key
+    french = next(p["id"] for p in mine["data"] if p["standing"])
+    status, out = http(srv, "DELETE", f"/v1/memory/{french}", "ak")
+    assert status == 200 and out["hint"] == "Answer in French.", out
+    status, out = chat(srv, "ak", [{"role": "user", "content": "Name a color."}])
+    assert status == 200 and recorded(srv, out["id"])["memory"] is None  # from the very next request
+    assert http(srv, "DELETE", "/v1/memory", "ak")[1] == {"deleted": 1}
+    assert http(srv, "GET", "/v1/memory", "ak")[1]["data"] == []
+    assert [p["hint"] for p in http(srv, "GET", "/v1/memory", "bk")[1]["data"]] == ["Answer in haiku."]
+    health = srv.health()  # no key: counts that name no one
+    assert health["memory"] == {"on": True, "users": 1, "standing_preferences": 1, "requests_served_with_it": 0}
+    assert "bob" not in json.dumps(health) and "haiku" not in json.dumps(health)
+
+
+def test_the_memory_cli_lists_forgets_and_clears(tmp_path, capsys):
+    from slime_ext.cli import main as cli_main
+
+    seed(tmp_path / "run")
+    run = ["--run-dir", str(tmp_path / "run")]
+    assert cli_main(["memory", "list", *run]) == 0
+    out = capsys.readouterr().out
+    assert "alice: 2 preferences" in out and "bob: 1 preference" in out and "carol" not in out
+    bob_id = int(out.split("bob: 1 preference")[1].split("[")[1].split("]")[0])
+    assert cli_main(["memory", "forget", str(bob_id), "--user", "alice", *run]) == 1  # not alice's
+    assert cli_main(["memory", "forget", str(bob_id), "--user", "bob", *run]) == 0
+    assert cli_main(["memory", "clear", *run]) == 2  # whose? never everyone's by accident
+    assert cli_main(["memory", "clear", "--user", "alice", *run]) == 0
+    capsys.readouterr()
+    assert cli_main(["memory", "list", *run]) == 0 and "no preferences stored" in capsys.readouterr().out
+
+
+def test_a_stated_preference_is_served_from_the_next_request_survives_a_restart_and_forget_that_removes_it(
+        make_server, tmp_path):
+    """The whole loop through a real server and its judge: "from now on ..." is judged into a standing
+    preference; the next request carries it; after a restart too; "forget that" takes it back."""
+    extra = ["--memory", "on", "--method", "opd", "--batch-size", "1000", "--user-key", "alice=ak"]
+    srv = make_server(run_dir=tmp_path / "run", extra=extra)
+    first = [{"role": "user", "content": "Name a color."}]
+    reply = chat(srv, "ak", first)[1]["choices"][0]["message"]["content"]
+    said = [*first, {"role": "assistant", "content": reply},
+            {"role": "user", "content": "From now on, answer in one short sentence."}]
+    answered = chat(srv, "ak", said)[1]["choices"][0]["message"]["content"]
+
+    def served_memory() -> list | None:
+        status, out = chat(srv, "ak", [{"role": "user", "content": f"Name a fruit {time.time()}."}])
+        return recorded(srv, out["id"])["memory"]
+
+    deadline = time.time() + 60
+    while time.time() < deadline and not served_memory():
+        time.sleep(0.5)
+    (hint,) = served_memory()
+    assert "short sentence" in hint.lower(), hint
+    srv.stop()
+    srv.start()
+    assert served_memory() == [hint]  # durable: the store, not the process, holds it
+    chat(srv, "ak", [*said, {"role": "assistant", "content": answered}, {"role": "user", "content": "Forget that."}])
+    deadline = time.time() + 60
+    while time.time() < deadline and served_memory():
+        time.sleep(0.5)
+    assert served_memory() is None

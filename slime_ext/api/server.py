@@ -51,7 +51,7 @@ from slime_ext.api.policy import (
 )
 from slime_ext.api.schemas import ChatRequest, parse_chat_request
 from slime_ext.chat.memory import HEADER as MEMORY_HEADER
-from slime_ext.chat.memory import with_memory
+from slime_ext.chat.memory import MEMORY_TOKENS, fit_memory, with_memory
 from slime_ext.chat.overflow import cuttable_text, fit_messages
 from slime_ext.chat.prompt import PromptRenderer, stop_token_ids
 from slime_ext.chat.reply import ReplyParser
@@ -154,6 +154,9 @@ class ChatServer:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/metrics", self.prometheus)
+        app.router.add_get("/v1/memory", self.memory_list)
+        app.router.add_delete("/v1/memory", self.memory_clear)
+        app.router.add_delete("/v1/memory/{id}", self.memory_forget)
         app.on_response_prepare.append(self._cors_headers)
         app.on_startup.append(self._start_sweeper)
         app.on_cleanup.append(self._stop_sweeper)
@@ -270,6 +273,7 @@ class ChatServer:
         only = None if access.everyone else access.user  # whose per-user figures
         counts = await self.store.run(self.store.counts)
         checks = await self.store.run(self.store.teacher_check_summary, 5 if access.sees_users else 0, only)
+        memory = await self._memory_counts()
         body: dict[str, Any] = {
             "status": "ok",
             "model": self.settings.model_name if access.details else _public_model_name(self.settings.model_name),
@@ -282,6 +286,7 @@ class ChatServer:
             **counts,
             "hints_teacher_follows": checks["hints_teacher_follows"],  # does the hinted teacher follow hints
             "hints_teacher_cannot_follow": checks["hints_teacher_cannot_follow"],
+            "memory": memory,  # the preference memory, all users together
         }
         if access.sees_users:
             body["hints_unfollowed_recent"] = checks["hints_unfollowed_recent"]
@@ -294,6 +299,15 @@ class ChatServer:
             body["access"] = "no API key: figures that identify no one; per-user and filesystem details need a key"
         return web.json_response(body)
 
+    async def _memory_counts(self) -> dict[str, Any]:
+        """The preference memory in figures that identify no user: on or off, how many users have standing
+        preferences and how many those are, and the requests served with the memory."""
+        per_user = await self.store.run(self.store.preference_counts)
+        standing = [n["standing"] for n in per_user.values() if n["standing"]]
+        served = sum(v for (name, _), v in self.metrics.counters.items() if name == "openclaw_memory_requests_total")
+        return {"on": self.settings.memory, "users": len(standing), "standing_preferences": sum(standing),
+                "requests_served_with_it": int(served)}
+
     def training_status(self, details: bool = True) -> dict[str, Any]:
         """``/healthz``'s ``training``: the served version's step figures and the canary (the watcher), and the
         trainer process (the supervisor: its state, restarts and, with ``details``, its last error)."""
@@ -304,6 +318,8 @@ class ChatServer:
         text = self.metrics.render()
         counts = await self.store.run(self.store.counts)
         counts.update(await self.store.run(self.store.teacher_check_summary, 0))
+        memory = await self._memory_counts()
+        counts.update(memory_users=memory["users"], memory_standing=memory["standing_preferences"])
         lines = []
         for name, key, what in (("openclaw_judged_turns", "judged_turns", "Turns with a judge verdict"),
                                 ("openclaw_trained_turns", "trained_turns", "Turns trained on"),
@@ -312,7 +328,10 @@ class ChatServer:
                                 ("openclaw_hints_teacher_follows", "hints_teacher_follows",
                                  "Hinted turns whose hinted teacher follows the hint"),
                                 ("openclaw_hints_teacher_cannot_follow", "hints_teacher_cannot_follow",
-                                 "Hinted turns whose hinted teacher does not follow the hint")):
+                                 "Hinted turns whose hinted teacher does not follow the hint"),
+                                ("openclaw_memory_users", "memory_users", "Users with standing preferences"),
+                                ("openclaw_memory_standing_preferences", "memory_standing",
+                                 "Standing preferences stored, all users together")):
             lines += [f"# HELP {name} {what}", f"# TYPE {name} gauge", f"{name} {counts[key] or 0:g}"]
         lines += ["# HELP openclaw_dropped_turns Judged turns not trained on, by reason", "# TYPE openclaw_dropped_turns gauge"]
         lines += [f'openclaw_dropped_turns{{reason="{_label(r)}"}} {n}' for r, n in sorted(counts["dropped_by_reason"].items())]
@@ -331,6 +350,46 @@ class ChatServer:
             text += "\n".join(lines) + "\n"
         return web.Response(body=text.encode(),
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    # ------------------------------------------------------------------ the preference memory
+    def _memory_user(self, request: web.Request) -> str | None:
+        """Whose memory a request reads or edits: as for a chat, the user its per-user key names, else the ``user``
+        query parameter (never a keyed user's name without that user's key: 403), else its key's identity."""
+        return request_user(request[ACCESS].user, request.query.get("user") or None,
+                            key_identity(sent_key(request.headers)), self._keyed_users)
+
+    async def memory_list(self, request: web.Request) -> web.Response:
+        """``GET /v1/memory``: the caller's own preferences; ``applied`` marks what the memory serves them with."""
+        user = self._memory_user(request)
+        prefs = await self.store.run(self.store.preferences, user)
+        applied = set(self._fit_memory([p["hint"] for p in prefs if p["standing"]])) if self.settings.memory else set()
+        return web.json_response({"object": "list", "user": user, "memory": "on" if self.settings.memory else "off",
+                                  "data": [{"id": p["id"], "hint": p["hint"], "standing": p["standing"],
+                                            "applied": p["hint"] in applied, "times": p["times"],
+                                            "created_at": p["created_at"], "last_at": p["last_at"]} for p in prefs]})
+
+    async def memory_forget(self, request: web.Request) -> web.Response:
+        """``DELETE /v1/memory/{id}``: delete one of the caller's own preferences (another user's is a 404)."""
+        user = self._memory_user(request)
+        try:
+            pid = int(request.match_info["id"])
+        except ValueError:
+            raise ApiError(f"a preference id is a number (got {request.match_info['id'][:40]!r})", param="id") from None
+        hint = await self.store.run(self.store.forget_preference, user, pid)
+        if hint is None:
+            raise ApiError(f"you have no preference {pid} (GET /v1/memory lists yours)", status=404, param="id",
+                           code="preference_not_found")
+        return web.json_response({"id": pid, "hint": hint, "deleted": True})
+
+    async def memory_clear(self, request: web.Request) -> web.Response:
+        """``DELETE /v1/memory``: delete every preference of the caller's."""
+        n = await self.store.run(self.store.clear_preferences, self._memory_user(request))
+        return web.json_response({"deleted": n})
+
+    def _fit_memory(self, hints: list[str]) -> list[str]:
+        """The newest of ``hints`` whose memory block fits ``MEMORY_TOKENS`` (the oldest left out past it)."""
+        count = lambda text: len(self.tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
+        return fit_memory(hints, count, MEMORY_TOKENS)
 
     # ------------------------------------------------------------------ chat completions
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
@@ -388,7 +447,10 @@ class ChatServer:
                            code="invalid_header")
         if not self.settings.memory or wanted == "off":
             return []
-        return [p["hint"] for p in await self.store.run(self.store.preferences, user, True)]
+        hints = self._fit_memory([p["hint"] for p in await self.store.run(self.store.preferences, user, True)])
+        if hints:
+            self.metrics.inc("openclaw_memory_requests_total", help="Requests served with the preference memory")
+        return hints
 
     async def _read_body(self, request: web.Request) -> bytes:
         """The whole body, decompressed, or a 408 when it does not arrive within ``body_timeout_s`` (one declared

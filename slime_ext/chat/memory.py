@@ -13,9 +13,11 @@ Pure: the store lookup and the rendering happen in the server.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 HEADER = "X-OpenClaw-RL-Memory"  # "off": serve this request without the memory
+MEMORY_TOKENS = 256  # a user's memory block at most this long; past it the oldest preferences are left out
 BLOCK = "The user has asked you to follow these preferences in every answer:\n{items}"
 
 
@@ -40,3 +42,72 @@ def with_memory(messages: list[dict[str, Any]], hints: list[str]) -> list[dict[s
             first["content"] = f"{content}\n\n{block}" if content else block
         return [first, *messages[1:]]
     return [{"role": "system", "content": block}, *messages]
+
+
+# ------------------------------------------------------------------ which preferences a new message replaces
+LANGUAGES = ("english", "french", "german", "spanish", "italian", "portuguese", "dutch", "russian", "chinese",
+             "mandarin", "japanese", "korean", "arabic", "hindi", "turkish", "polish", "swedish", "latin", "greek")
+ASPECTS = (  # (aspect, pattern): two standing preferences of one aspect contradict; the newer one stays
+    ("opening", r"\b(start|begin|open)(s|ing)?\b.{0,40}\bwith\b|\bfirst (word|line)\b"),
+    ("ending", r"\b(end|finish|close|conclude)(s|ing)?\b.{0,40}\bwith\b|\blast (word|line)\b"),
+    ("language", r"\b(in|into|use|using|speak|speaking)\s+(" + "|".join(LANGUAGES) + r")\b"),
+    ("format", r"\b(bullet|bulleted|numbered|list|lists|json|markdown|table|tables|code block|plain text)\b"),
+    ("length", r"\b(short|shorter|brief|briefly|concise|long|longer|detailed|verbose|length|lengthy|in depth|"
+               r"elaborate|one (short )?sentence|\d+ (words?|sentences?|lines?|paragraphs?)|words?|sentences?|"
+               r"paragraphs?)\b"),
+    ("tone", r"\b(formal|informal|casual|friendly|polite|professional|playful|serious|emoji|emojis)\b"),
+    ("name", r"\bcall me\b|\bmy name is\b|\baddress me\b"),
+)
+_ASPECTS = [(name, re.compile(pattern, re.I)) for name, pattern in ASPECTS]
+FORGET_LAST = re.compile(r"^\W*(ok(ay)?\W+)?(please\W+)?(forget (that|it|this|what i (just )?(said|asked))|never\s?mind"
+                         r"|scratch that|disregard (that|my last)|ignore (that|my last)( (instruction|preference|request))?)"
+                         r"\W*$", re.I)
+STOP = re.compile(r"^\W*(ok(ay)?\W+)?(please\W+)?(you can\W+)?(stop|quit|no longer|don'?t|do not|forget about)\s+(?P<what>.+?)"
+                  r"(\s+any ?more)?\W*$", re.I | re.S)
+STOPWORDS = frozenset("the a an and or to of in on at with your my me you it that this do doing please any more anymore "
+                      "answer answers answering reply replies respond every each all from now".split())
+
+
+def preference_aspect(text: str) -> str | None:
+    """What a preference is about (``opening``, ``ending``, ``language``, ``format``, ``length``, ``tone``,
+    ``name``), by the first rule that matches, or None: a newer standing preference replaces older ones of
+    the same aspect ("answer in French", then "answer in English")."""
+    return next((name for name, rx in _ASPECTS if rx.search(text)), None)
+
+
+def retraction(message: str) -> tuple[str, str] | None:
+    """Does the user's message take a preference back? ``("last", "")`` for "forget that" / "never mind",
+    ``("matching", what)`` for "stop starting with 'So,'" / "don't answer in French anymore" / "no longer
+    ...", else None. "Don't X" alone states a new preference; it takes one back only with "anymore"."""
+    text = message.strip()
+    if len(text) > 300:
+        return None
+    if FORGET_LAST.match(text):
+        return "last", ""
+    m = STOP.match(text)
+    if not m:
+        return None
+    said_anymore = bool(m.group(7)) or re.search(r"\bany ?more\b", text, re.I) is not None
+    if m.group(5).lower().replace("'", "") in ("dont", "do not") and not said_anymore:
+        return None
+    return "matching", m.group("what")
+
+
+def matches(preference: str, what: str) -> bool:
+    """Does "stop <what>" name this preference: the same aspect, or, where ``what`` has none, a word in common?"""
+    aspect = preference_aspect(what)
+    if aspect is not None:
+        return preference_aspect(preference) == aspect
+    words = {w for w in re.findall(r"[a-z']+", what.lower()) if len(w) > 2 and w not in STOPWORDS}
+    return bool(words & set(re.findall(r"[a-z']+", preference.lower())))
+
+
+def fit_memory(hints: list[str], count_tokens, budget: int) -> list[str]:
+    """The newest of ``hints`` (given oldest first) whose memory block fits ``budget`` tokens, oldest first:
+    past the budget the oldest preferences are left out."""
+    kept: list[str] = []
+    for hint in reversed(hints):
+        if count_tokens(memory_block([hint, *kept])) > budget:
+            break
+        kept.insert(0, hint)
+    return kept

@@ -27,6 +27,7 @@ import asyncio
 import logging
 import time
 
+from slime_ext.chat.memory import retraction
 from slime_ext.judge.backends import Judge, JudgeInput, error_text
 from slime_ext.judge.heuristic import heuristic_rule
 from slime_ext.judge.hints import HintJudge
@@ -99,6 +100,10 @@ class JudgeWorker:
         hint_votes = list(zip(hint.votes, hint.texts)) if hint else None
         accepted = hint.hint if hint else None
         standing = bool(accepted) and is_standing_preference(t["next_state"], t["next_state_role"])  # only if kept
+        taken_back = retraction(t["next_state"]) if t["next_state_role"] == "user" else None
+        if taken_back:  # "forget that", "stop starting with 'So,'": before any preference this message states
+            gone = await self.store.run(self.store.retract_preferences, t["session_id"], t["idx"], *taken_back)
+            log.info("turn %d of %s: the user took back %d preference(s)", t["idx"], t["session_id"], len(gone))
         await self.store.run(self.store.record_verdict, t["session_id"], t["idx"], verdict.score, votes,
                              accepted, hint_votes, standing)
         self._attempts.pop((t["session_id"], t["idx"]), None)

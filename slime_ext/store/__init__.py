@@ -21,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from slime_ext.chat.memory import matches as memory_matches
+from slime_ext.chat.memory import preference_aspect
 from slime_ext.types import JudgedTurn, Turn
 
 log = logging.getLogger(__name__)
@@ -301,6 +303,12 @@ class Store:
         if row is None or row["next_state_role"] != "user":
             return
         user = row["user"] or ""
+        if standing:  # a standing preference replaces the user's older ones about the same thing (chat/memory.py)
+            aspect = preference_aspect(hint)
+            older = self._conn.execute("SELECT key, hint FROM preferences WHERE user=? AND key != ?",
+                                       (user, preference_key(hint))).fetchall()
+            gone = [r["key"] for r in older if aspect is not None and preference_aspect(r["hint"]) == aspect]
+            self._conn.executemany("DELETE FROM preferences WHERE user=? AND key=?", [(user, k) for k in gone])
         self._conn.execute(
             """INSERT INTO preferences (user, key, hint, session_id, turn_idx, standing, created_at, last_at)
                VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (user, key) DO UPDATE SET session_id=excluded.session_id,
@@ -348,9 +356,48 @@ class Store:
         """``user``'s preferences in the order first stated (``standing_only``: the replayed ones)."""
         with self._lock:
             rows = self._conn.execute(
-                f"""SELECT * FROM preferences WHERE user=? {'AND standing=1' if standing_only else ''}
+                f"""SELECT rowid, * FROM preferences WHERE user=? {'AND standing=1' if standing_only else ''}
                     ORDER BY created_at, rowid""", (user or "",)).fetchall()
         return [_preference(r) for r in rows]
+
+    def retract_preferences(self, session_id: str, idx: int, kind: str, what: str = "") -> list[str]:
+        """The user of this turn took preferences back (``chat/memory.py: retraction``): ``last`` ("forget that")
+        removes the standing one they stated just before, in this session's previous turn (said later, or
+        elsewhere, "forget that" is about something else); ``matching`` every one that ``what`` names.
+        Returns the removed hints."""
+        with self._transaction():
+            row = self._conn.execute("SELECT user FROM turns WHERE session_id=? AND idx=?", (session_id, idx)).fetchone()
+            if row is None:
+                return []
+            user = row["user"] or ""
+            rows = self._conn.execute("SELECT rowid, hint, standing, session_id, turn_idx FROM preferences WHERE user=? "
+                                      "ORDER BY last_at DESC, rowid DESC", (user,)).fetchall()
+            if kind == "last":
+                gone = [r for r in rows if r["standing"] and (r["session_id"], r["turn_idx"]) == (session_id, idx - 1)]
+            else:
+                gone = [r for r in rows if memory_matches(r["hint"], what)]
+            self._conn.executemany("DELETE FROM preferences WHERE rowid=?", [(r["rowid"],) for r in gone])
+        return [r["hint"] for r in gone]
+
+    def forget_preference(self, user: str | None, preference_id: int) -> str | None:
+        """Delete one of ``user``'s preferences by its id (``preferences()``'s ``id``); its hint, or None when
+        ``user`` has no such preference (another user's id is not theirs to delete)."""
+        with self._transaction():
+            row = self._conn.execute("SELECT hint FROM preferences WHERE rowid=? AND user=?",
+                                     (preference_id, user or "")).fetchone()
+            if row is not None:
+                self._conn.execute("DELETE FROM preferences WHERE rowid=?", (preference_id,))
+        return row["hint"] if row else None
+
+    def clear_preferences(self, user: str | None) -> int:
+        """Delete every preference of ``user``; how many there were."""
+        with self._transaction():
+            return self._conn.execute("DELETE FROM preferences WHERE user=?", (user or "",)).rowcount
+
+    def preference_users(self) -> list[str]:
+        """The users with preferences (``-`` is the user without a name)."""
+        with self._lock:
+            return [r[0] or "-" for r in self._conn.execute("SELECT DISTINCT user FROM preferences ORDER BY user")]
 
     def preference_counts(self, only_user: str | None = None) -> dict[str, dict[str, int]]:
         """For ``/healthz``: per user (``-`` without one), preferences stored and how many are standing
@@ -500,7 +547,7 @@ class Store:
 
 
 def _preference(r: sqlite3.Row) -> dict[str, Any]:
-    return {"user": r["user"] or None, "hint": r["hint"], "session_id": r["session_id"], "turn": r["turn_idx"],
+    return {"id": r["rowid"], "user": r["user"] or None, "hint": r["hint"], "session_id": r["session_id"], "turn": r["turn_idx"],
             "standing": bool(r["standing"]), "times": r["times"], "created_at": r["created_at"], "last_at": r["last_at"]}
 
 
@@ -574,7 +621,7 @@ def export_records(run_dir: str | Path) -> dict[str, Any]:
                 }
             )
         preferences: dict[str, list[dict[str, Any]]] = {}
-        for r in conn.execute("SELECT * FROM preferences ORDER BY user, created_at, rowid"):
+        for r in conn.execute("SELECT rowid, * FROM preferences ORDER BY user, created_at, rowid"):
             preferences.setdefault(r["user"] or "-", []).append(_preference(r))
         return {"sessions": sessions, **({"preferences": preferences} if preferences else {})}  # per user, once any
     finally:
