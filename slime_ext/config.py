@@ -71,6 +71,8 @@ class ServeConfig(LearningConfig):
                                  "preferences (\"from now on ...\") in the system message; a request's "
                                  "X-OpenClaw-RL-Memory: off serves it without (chat/memory.py)", group=SERVING,
                           choices=("on", "off"))
+    memory_placement: str = setting("system", "where the preference memory goes: the end of the system message, or "
+                                              "of the latest user message", group=SERVING, choices=("system", "user"))
     max_tokens_cap: int = setting(1024, "most new tokens per response", group=SERVING)
     default_max_tokens: int = setting(512, "new tokens when a request names none", group=SERVING)
     sampling_defaults: str = setting("model", "temperature / top_p of a request that names none: the model's "

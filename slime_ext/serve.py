@@ -62,7 +62,7 @@ def build_server(cfg: ServeConfig, engine=None, tokenizer=None):
         allowed_origins=tuple(cfg.allowed_origins), header_timeout_s=cfg.header_timeout_s,
         body_timeout_s=cfg.body_timeout_s, keepalive_timeout_s=cfg.keepalive_timeout_s,
         max_connections=open_connection_cap(cfg.max_connections), context_overflow=cfg.context_overflow,
-        memory=cfg.memory == "on",
+        memory=cfg.memory == "on", memory_placement=cfg.memory_placement,
         sampling=served_sampling_defaults(cfg, model_dir or getattr(tokenizer, "name_or_path", None)),
     )
     from slime_ext.trainers.process import CheckpointWatcher
@@ -141,7 +141,8 @@ def build_judge_worker(cfg: ServeConfig, store, engine=None, tokenizer=None):
         backend = user_judge_backend(cfg)
     judge = Judge(backend, votes=cfg.judge_votes or None, timeout_s=cfg.judge_timeout_s,
                   max_concurrency=cfg.judge_concurrency)
-    hints = HintJudge.from_judge(judge) if cfg.method.uses_hints else None
+    # hints teach (OPD, Combine) and become the preferences the memory serves: judged when either needs them
+    hints = HintJudge.from_judge(judge) if cfg.method.uses_hints or cfg.memory == "on" else None
     return JudgeWorker(judge, store, hints=hints)
 
 

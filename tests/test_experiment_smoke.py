@@ -97,3 +97,25 @@ def test_tiny_experiment_with_an_llm_simulator_scores_through_it_and_never_leaks
                            if not t["main_line"] and "-c-" not in s["id"])  # not the general questions
     assert probe_answers == sorted(a for _, a in rated)  # the simulator rated exactly the served probe answers
     assert "sk-test-secret" not in r.stdout + r.stderr + (run_dir / "serve.log").read_text()
+
+
+@pytest.mark.parametrize("probe_memory", ["on", "off"])
+def test_probes_ask_with_or_without_the_preference_memory(tmp_path, probe_memory):
+    """`--probe-memory off` measures what the weights learned: the probes carry `X-OpenClaw-RL-Memory:
+    off`, so none of them is served with the preference the persona stated; `on` is what the user gets.
+    `--methods none` (the memory alone) trains nothing, and the run does not wait for training."""
+    out = tmp_path / "results"
+    r = subprocess.run(
+        [sys.executable, "-m", "slime_ext.cli", "experiment", "personalization", "--model", "tiny",
+         "--methods", "none", "--personas", "so", "--seeds", "0", "--sessions", "2", "--probe-every", "2",
+         "--heldout", "2", "--rounds", "1", "--max-tokens", "8", "--out", str(out), "--serve-args", "--memory on",
+         "--probe-memory", probe_memory],
+        capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    records = json.loads(subprocess.run([sys.executable, "-m", "slime_ext.cli", "records", "--run-dir",
+                                         str(out / "runs" / "none-so-s0"), "--json"],
+                                        capture_output=True, text=True, check=True).stdout)
+    assert "so," in records["preferences"]["-"][0]["hint"].lower()  # the persona stated it (tiny never complies)
+    last_probes = [t for s in records["sessions"] if s["id"].startswith("probe-2-") for t in s["turns"]]
+    assert len(last_probes) >= 2  # the held-out tasks and the general questions of the last probe
+    assert all((t["memory"] is not None) == (probe_memory == "on") for t in last_probes), last_probes

@@ -82,6 +82,13 @@ def test_the_memory_block_goes_at_the_end_of_the_system_message_or_in_a_new_one(
     parts = {"role": "system", "content": [{"type": "text", "text": "You are helpful."}]}
     assert with_memory([parts, user], hints)[0]["content"][-1] == {"type": "text", "text": "\n\n" + memory_block(hints)}
     assert system["content"] == "You are helpful." and "- Be brief." in memory_block(hints)  # nothing mutated
+    # placed in the latest user message instead
+    convo = [system, user, {"role": "assistant", "content": "hello"}, {"role": "user", "content": "and now?"}]
+    placed = with_memory(convo, hints, "user")
+    assert placed[:3] == convo[:3] and placed[3]["content"] == "and now?\n\n" + memory_block(hints)
+    assert with_memory([system], hints, "user")[0]["content"].endswith(memory_block(hints))  # no user message
+    with pytest.raises(ValueError, match="placement"):
+        with_memory([user], hints, "middle")
 
 
 def test_each_user_is_served_with_their_own_standing_preferences_only(srv, renderer):
@@ -239,11 +246,13 @@ def test_the_memory_cli_lists_forgets_and_clears(tmp_path, capsys):
     assert cli_main(["memory", "list", *run]) == 0 and "no preferences stored" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("method", ["none", "opd"])
 def test_a_stated_preference_is_served_from_the_next_request_survives_a_restart_and_forget_that_removes_it(
-        make_server, tmp_path):
+        make_server, tmp_path, method):
     """The whole loop through a real server and its judge: "from now on ..." is judged into a standing
-    preference; the next request carries it; after a restart too; "forget that" takes it back."""
-    extra = ["--memory", "on", "--method", "opd", "--batch-size", "1000", "--user-key", "alice=ak"]
+    preference; the next request carries it; after a restart too; "forget that" takes it back. With a
+    method that trains nothing (``none``) too: the memory has hints judged for it."""
+    extra = ["--memory", "on", "--method", method, "--batch-size", "1000", "--user-key", "alice=ak"]
     srv = make_server(run_dir=tmp_path / "run", extra=extra)
     first = [{"role": "user", "content": "Name a color."}]
     reply = chat(srv, "ak", first)[1]["choices"][0]["message"]["content"]
@@ -268,3 +277,15 @@ def test_a_stated_preference_is_served_from_the_next_request_survives_a_restart_
     while time.time() < deadline and served_memory():
         time.sleep(0.5)
     assert served_memory() is None
+
+
+def test_placed_in_the_latest_user_message_the_recorded_prompt_is_still_what_was_served(make_server, tmp_path, renderer):
+    seed(tmp_path / "seeded")
+    srv = make_server(run_dir=tmp_path / "seeded", extra=["--memory", "on", "--memory-placement", "user",
+                                                          "--user-key", "alice=ak"])
+    messages = [{"role": "user", "content": "Name a color."}, {"role": "assistant", "content": "Blue."},
+                {"role": "user", "content": "Another one?"}]
+    status, out = chat(srv, "ak", messages)
+    turn = recorded(srv, out["id"])
+    assert status == 200 and turn["memory"] == ["Answer in French."]
+    assert turn["prompt_token_ids"] == renderer.render(with_memory(messages, ["Answer in French."], "user"), [])

@@ -91,6 +91,7 @@ class ServerSettings:
     # a prompt past the context: "trim" (cut the middle of the longest system message, chat/overflow.py) or "error"
     context_overflow: str = "trim"
     memory: bool = False  # serve each user's requests with their standing preferences (chat/memory.py)
+    memory_placement: str = "system"  # where: the end of the system message, or of the latest user message
 
 
 class ChatServer:
@@ -406,7 +407,7 @@ class ChatServer:
         user = request_user(request[ACCESS].user, req.user, key_identity(sent_key(request.headers)), self._keyed_users)
         memory = await self._memory(request, user)
         wanted = min(req.max_tokens or self.settings.default_max_tokens, self.settings.max_tokens_cap)
-        served = dataclasses.replace(req, messages=with_memory(req.messages, memory))
+        served = dataclasses.replace(req, messages=with_memory(req.messages, memory, self.settings.memory_placement))
         seen, prompt_ids, cut = await self._fit(served, wanted, big=len(raw) > BIG_REQUEST_BYTES)
         ctx = self.engine.context_length
         max_new = min(wanted, ctx - len(prompt_ids))

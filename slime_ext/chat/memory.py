@@ -26,22 +26,35 @@ def memory_block(hints: list[str]) -> str:
     return BLOCK.format(items="\n".join(f"- {h.strip()}" for h in hints))
 
 
-def with_memory(messages: list[dict[str, Any]], hints: list[str]) -> list[dict[str, Any]]:
-    """``messages`` with the memory block at the end of the first system message (or in a new system message
-    first); unchanged when there are no hints. A system message whose content is a list of parts gets a text
-    part."""
+PLACEMENTS = ("system", "user")  # where the block goes: the end of the system message, or of the latest user message
+
+
+def with_memory(messages: list[dict[str, Any]], hints: list[str], placement: str = "system") -> list[dict[str, Any]]:
+    """``messages`` (not changed) with the memory block added; unchanged when there are no hints. ``system``: at
+    the end of the first system message (or in a new system message first); ``user``: at the end of the latest
+    user message (a system message when there is none). Content given as parts gets a text part."""
     if not hints:
         return messages
+    if placement not in PLACEMENTS:
+        raise ValueError(f"memory placement {placement!r}: expected one of {', '.join(PLACEMENTS)}")
     block = memory_block(hints)
-    if messages and messages[0].get("role") in ("system", "developer"):
-        first = dict(messages[0])
-        content = first.get("content")
-        if isinstance(content, list):
-            first["content"] = [*content, {"type": "text", "text": "\n\n" + block}]
-        else:
-            first["content"] = f"{content}\n\n{block}" if content else block
-        return [first, *messages[1:]]
-    return [{"role": "system", "content": block}, *messages]
+    at = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "user"), None)
+    if placement == "system" or at is None:
+        if messages and messages[0].get("role") in ("system", "developer"):
+            return [_appended(messages[0], block), *messages[1:]]
+        return [{"role": "system", "content": block}, *messages]
+    return [*messages[:at], _appended(messages[at], block), *messages[at + 1:]]
+
+
+def _appended(message: dict[str, Any], block: str) -> dict[str, Any]:
+    """A copy of ``message`` with ``block`` after its content."""
+    out = dict(message)
+    content = out.get("content")
+    if isinstance(content, list):
+        out["content"] = [*content, {"type": "text", "text": "\n\n" + block}]
+    else:
+        out["content"] = f"{content}\n\n{block}" if content else block
+    return out
 
 
 # ------------------------------------------------------------------ which preferences a new message replaces

@@ -75,7 +75,7 @@ def tasks_for(persona: Persona | LLMPersona, split: str, n: int, seed: int) -> l
     return (math_tasks if persona.task_kind == "math" else grading_tasks)(split, n, seed)
 
 
-def wait_idle(srv: ServerProcess, batch_size: int, timeout_s: float = 300.0, steady_s: float = 1.0) -> dict[str, Any]:
+def wait_idle(srv: ServerProcess, batch_size: float, timeout_s: float = 300.0, steady_s: float = 1.0) -> dict[str, Any]:
     """Wait (at most ``timeout_s``) until nothing is left to judge, fewer than ``batch_size`` judged
     turns wait for training, and the served policy version has not changed for ``steady_s``."""
     deadline = time.time() + timeout_s
@@ -123,11 +123,13 @@ class Progress:
         self.stream.flush()
 
 
-def _probe_answers(client: ChatClient, messages: list[list[dict]], tag: str, jobs: int = 8) -> list[str | None]:
+def _probe_answers(client: ChatClient, messages: list[list[dict]], tag: str, jobs: int = 8,
+                   memory: str = "on") -> list[str | None]:
     """Greedy answers to ``messages`` (one conversation each) as side turns, sent concurrently so
-    the engine batches them."""
+    the engine batches them; ``memory`` "off" asks without the preference memory (what the weights do)."""
     def ask(i: int) -> str | None:
-        headers = {"X-Session-Id": f"probe-{tag}-{i}-{uuid.uuid4().hex[:8]}", "X-Turn-Type": "side"}
+        headers = {"X-Session-Id": f"probe-{tag}-{i}-{uuid.uuid4().hex[:8]}", "X-Turn-Type": "side",
+                   "X-OpenClaw-RL-Memory": memory}
         return client.chat(messages[i], headers, temperature=0.0)
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         return list(pool.map(ask, range(len(messages))))
@@ -163,14 +165,16 @@ def teacher_compliance(client: ChatClient, p: Persona, tasks: list, base: list[s
 
 
 def probe_row(client: ChatClient, p: Persona | LLMPersona, tasks: list, tag: str,
-              correctness: bool = True) -> tuple[dict[str, Any], list]:
+              correctness: bool = True, memory: str = "on") -> tuple[dict[str, Any], list]:
     """One probe: the persona's score of greedy answers to the held-out ``tasks``, distinct-2 and
     mean words of those answers, and (``correctness``) the fraction of the held-out general
-    questions answered correctly."""
-    answers = _probe_answers(client, [[{"role": "user", "content": p.first_message(t)}] for t in tasks], tag)
+    questions answered correctly; ``memory`` "off": asked without the preference memory."""
+    answers = _probe_answers(client, [[{"role": "user", "content": p.first_message(t)}] for t in tasks], tag,
+                             memory=memory)
     scores = [p.score(t, a) for t, a in zip(tasks, answers) if a is not None]
     general = correctness_tasks() if correctness else []
-    replies = _probe_answers(client, [[{"role": "user", "content": q.prompt}] for q in general], tag + "-c")
+    replies = _probe_answers(client, [[{"role": "user", "content": q.prompt}] for q in general], tag + "-c",
+                             memory=memory)
     correct = [holds_key(q.keys, a) for q, a in zip(general, replies) if a is not None]
     texts = [a for a in answers if a is not None]
     return {"score_mean": round(statistics.fmean(scores), 4) if scores else float("nan"),
@@ -202,8 +206,9 @@ def _session(client: ChatClient, p: Persona | LLMPersona, task, headers: dict[st
 def run(method: str, persona: str, seed: int, *, model: str = "tiny", sessions: int = 32, probe_every: int = 8,
         heldout: int = 16, rounds: int = 2, max_tokens: int = 96, out_dir: str | Path = "results",
         extra_serve_args: list[str] | None = None, batch_size: int = 4, simulator: ChatClient | None = None,
-        progress: Callable[[int, float | None], None] | None = None) -> list[dict[str, Any]]:
-    """One (method, persona, seed) run; returns one row (``COLUMNS``) per probe.
+        progress: Callable[[int, float | None], None] | None = None, probe_memory: str = "on") -> list[dict[str, Any]]:
+    """One (method, persona, seed) run; returns one row (``COLUMNS``) per probe. ``probe_memory`` "off" probes
+    without the preference memory (``X-OpenClaw-RL-Memory: off``): what the weights learned.
 
     ``simulator``: an OpenAI-compatible endpoint that plays the persona (``LLMPersona``); without
     it the scripted persona plays. The run directory ``<out_dir>/runs/<method>-<persona>-s<seed>``
@@ -231,8 +236,10 @@ def run(method: str, persona: str, seed: int, *, model: str = "tiny", sessions: 
                     progress(s, None)
             if s % probe_every and s != sessions:
                 continue
-            health = wait_idle(srv, batch_size)
-            row, answers = probe_row(client, p, probe_tasks, str(s), correctness=s in (0, sessions))
+            # --method none trains nothing: judged turns wait forever, and only the judging is waited for
+            health = wait_idle(srv, batch_size if method != "none" else float("inf"))
+            row, answers = probe_row(client, p, probe_tasks, str(s), correctness=s in (0, sessions),
+                                     memory=probe_memory)
             if s == 0 and isinstance(p, Persona):
                 teacher = teacher_compliance(client, p, probe_tasks, answers)
             rows.append({"method": method, "persona": persona, "seed": seed, "sessions": s,
@@ -389,6 +396,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="added to the method's name in the results, to tell configurations apart ('+group4') [none]")
     p.add_argument("--jobs", type=int, default=1, help="runs at once, each server on cores/jobs threads [1]")
     p.add_argument("--serve-args", default="", help="more `openclaw-rl serve` flags, one shell-quoted string")
+    p.add_argument("--probe-memory", default="on", choices=("on", "off"),
+                   help="probe with the preference memory (what the user gets, where the server has --memory on) or "
+                        "without it (X-OpenClaw-RL-Memory: off: what the weights learned) [on]")
     p.add_argument("--out", default="experiments/personalization/results",
                    help="output folder: results.csv, results.md, results.png, runs/ [experiments/personalization/results]")
 
@@ -423,7 +433,7 @@ def cmd_personalization(args: argparse.Namespace) -> int:
         bar.update()
         got = run(method, persona, seed, model=args.model, sessions=args.sessions, probe_every=args.probe_every,
                   heldout=args.heldout, rounds=args.rounds, max_tokens=args.max_tokens, out_dir=out,
-                  extra_serve_args=extra, batch_size=args.batch_size, simulator=simulator,
+                  extra_serve_args=extra, batch_size=args.batch_size, simulator=simulator, probe_memory=args.probe_memory,
                   progress=lambda d, sc: bar.update(d, sc))
         bar.update(final=True)
         for row in got:
