@@ -116,8 +116,9 @@ def cmd_records(args: argparse.Namespace) -> int:
 def preference_line(p: dict[str, Any]) -> str:
     """One line of ``records``: a user's preference, whether it is standing (replayed), where it came from."""
     times = f", stated {p['times']} times" if p["times"] > 1 else ""
+    yet = "; the model does not follow it yet (its hinted teacher did not)" if p.get("teacher_follows") is False else ""
     return (f"{'standing' if p['standing'] else 'one-off '} {p['hint'][:70]!r} "
-            f"(turn {p['turn']} of {p['session_id']}{times})")
+            f"(turn {p['turn']} of {p['session_id']}{times}){yet}")
 
 
 def teacher_check_line(c: dict[str, Any]) -> str:

@@ -17,6 +17,7 @@ import pytest
 from slime_ext.chat.memory import memory_block, with_memory
 from slime_ext.chat.prompt import PromptRenderer
 from slime_ext.launch import ServerProcess
+from slime_ext.learning.teachability import TeacherCheck
 from slime_ext.store import Store
 from tests.test_preferences import add_turn, judge
 
@@ -35,6 +36,8 @@ def seed(run_dir) -> None:
     add_turn(store, "carol-1", "carol")
     store.set_next_state("carol-1", 0, "From now on, always answer in Latin.", "tool")
     store.record_verdict("carol-1", 0, 0, [(0, "t")], hint="Always answer in Latin.", hint_votes=[(1, "t")])
+    # the hinted teacher did not follow bob's preference when the trainer checked it
+    store.record_teacher_check("bob-1", 0, STANDING["bob"], TeacherCheck(0.0, True, 0.0, 1, False, "no gap", "x", 1).record())
     store.close()
 
 
@@ -213,7 +216,8 @@ def test_a_user_lists_and_deletes_their_own_memory_over_http_and_never_anothers(
     assert {(p["hint"], p["standing"], p["applied"]) for p in mine["data"]} == {
         ("Answer in French.", True, True), ("The capital is Paris.", False, False)}
     bobs = http(srv, "GET", "/v1/memory", "bk")[1]["data"]
-    assert [p["hint"] for p in bobs] == ["Answer in haiku."]
+    assert [(p["hint"], p["teacher_follows"]) for p in bobs] == [("Answer in haiku.", False)]  # said so, still served
+    assert [p["teacher_follows"] for p in mine["data"]] == [None, None]  # never checked
     assert http(srv, "DELETE", f"/v1/memory/{bobs[0]['id']}", "ak")[0] == 404  # bob's, not alice's to delete
     assert http(srv, "GET", "/v1/memory?user=bob", "shared")[0] == 403  # a keyed user's memory needs their key
     french = next(p["id"] for p in mine["data"] if p["standing"])
@@ -237,6 +241,7 @@ def test_the_memory_cli_lists_forgets_and_clears(tmp_path, capsys):
     assert cli_main(["memory", "list", *run]) == 0
     out = capsys.readouterr().out
     assert "alice: 2 preferences" in out and "bob: 1 preference" in out and "carol" not in out
+    assert out.count("does not follow it yet") == 1 and "haiku.' (turn 0 of bob-1); the model does not follow" in out
     bob_id = int(out.split("bob: 1 preference")[1].split("[")[1].split("]")[0])
     assert cli_main(["memory", "forget", str(bob_id), "--user", "alice", *run]) == 1  # not alice's
     assert cli_main(["memory", "forget", str(bob_id), "--user", "bob", *run]) == 0

@@ -367,6 +367,8 @@ class ChatServer:
         return web.json_response({"object": "list", "user": user, "memory": "on" if self.settings.memory else "off",
                                   "data": [{"id": p["id"], "hint": p["hint"], "standing": p["standing"],
                                             "applied": p["hint"] in applied, "times": p["times"],
+                                            # False: stored and served, but the model does not follow it yet
+                                            "teacher_follows": p["teacher_follows"],
                                             "created_at": p["created_at"], "last_at": p["last_at"]} for p in prefs]})
 
     async def memory_forget(self, request: web.Request) -> web.Response:

@@ -353,12 +353,14 @@ class Store:
                                              "teacher_sample": r["sample"]} for r in rows]}
 
     def preferences(self, user: str | None, standing_only: bool = False) -> list[dict[str, Any]]:
-        """``user``'s preferences in the order first stated (``standing_only``: the replayed ones)."""
+        """``user``'s preferences in the order first stated (``standing_only``: the replayed ones), each with
+        ``teacher_follows``: whether the hinted teacher followed it when last checked (None: never checked)."""
         with self._lock:
             rows = self._conn.execute(
                 f"""SELECT rowid, * FROM preferences WHERE user=? {'AND standing=1' if standing_only else ''}
                     ORDER BY created_at, rowid""", (user or "",)).fetchall()
-        return [_preference(r) for r in rows]
+            follows = _teacher_follows(self._conn, user)
+        return [_preference(r, follows) for r in rows]
 
     def retract_preferences(self, session_id: str, idx: int, kind: str, what: str = "") -> list[str]:
         """The user of this turn took preferences back (``chat/memory.py: retraction``): ``last`` ("forget that")
@@ -546,8 +548,18 @@ class Store:
                 "waiting_to_train": row[4] - row[6] - row[7], "dropped_by_reason": {r: n for r, n in reasons}}
 
 
-def _preference(r: sqlite3.Row) -> dict[str, Any]:
-    return {"id": r["rowid"], "user": r["user"] or None, "hint": r["hint"], "session_id": r["session_id"], "turn": r["turn_idx"],
+def _teacher_follows(conn: sqlite3.Connection, user: str | None) -> dict[str, bool]:
+    """``user``'s checked hints (by ``preference_key``): did the hinted teacher follow each when last checked
+    (``learning/teachability.py``)? A preference it does not follow is stored and served by the memory, but
+    the weights cannot learn it from the teacher yet."""
+    rows = conn.execute("""SELECT c.hint, c.follows FROM teacher_checks c JOIN turns t
+                           ON t.session_id=c.session_id AND t.idx=c.turn_idx WHERE COALESCE(t.user, '')=?
+                           ORDER BY c.at""", (user or "",)).fetchall()
+    return {preference_key(r["hint"]): bool(r["follows"]) for r in rows}
+
+
+def _preference(r: sqlite3.Row, follows: dict[str, bool]) -> dict[str, Any]:
+    return {"id": r["rowid"], "user": r["user"] or None, "teacher_follows": follows.get(r["key"]), "hint": r["hint"], "session_id": r["session_id"], "turn": r["turn_idx"],
             "standing": bool(r["standing"]), "times": r["times"], "created_at": r["created_at"], "last_at": r["last_at"]}
 
 
@@ -621,8 +633,11 @@ def export_records(run_dir: str | Path) -> dict[str, Any]:
                 }
             )
         preferences: dict[str, list[dict[str, Any]]] = {}
+        follows: dict[str, dict[str, bool]] = {}
         for r in conn.execute("SELECT rowid, * FROM preferences ORDER BY user, created_at, rowid"):
-            preferences.setdefault(r["user"] or "-", []).append(_preference(r))
+            if r["user"] not in follows:
+                follows[r["user"]] = _teacher_follows(conn, r["user"])
+            preferences.setdefault(r["user"] or "-", []).append(_preference(r, follows[r["user"]]))
         return {"sessions": sessions, **({"preferences": preferences} if preferences else {})}  # per user, once any
     finally:
         conn.close()
