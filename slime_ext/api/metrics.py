@@ -36,6 +36,10 @@ class Metrics:
         if help:
             self.help.setdefault(name, help)
 
+    def total(self, name: str) -> float:
+        """A counter's value, summed over its labels (0 before it was first counted)."""
+        return sum(v for (n, _), v in self.counters.items() if n == name)
+
     def gauge(self, name: str, fn: Callable[[], float], help: str) -> None:
         self.gauges[name] = fn
         self.help[name] = help

@@ -305,7 +305,7 @@ class ChatServer:
         preferences and how many those are, and the requests served with the memory."""
         per_user = await self.store.run(self.store.preference_counts)
         standing = [n["standing"] for n in per_user.values() if n["standing"]]
-        served = sum(v for (name, _), v in self.metrics.counters.items() if name == "openclaw_memory_requests_total")
+        served = self.metrics.total("openclaw_memory_requests_total")
         return {"on": self.settings.memory, "users": len(standing), "standing_preferences": sum(standing),
                 "requests_served_with_it": int(served)}
 
@@ -353,15 +353,16 @@ class ChatServer:
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     # ------------------------------------------------------------------ the preference memory
-    def _memory_user(self, request: web.Request) -> str | None:
-        """Whose memory a request reads or edits: as for a chat, the user its per-user key names, else the ``user``
-        query parameter (never a keyed user's name without that user's key: 403), else its key's identity."""
-        return request_user(request[ACCESS].user, request.query.get("user") or None,
-                            key_identity(sent_key(request.headers)), self._keyed_users)
+    def _user(self, request: web.Request, named: str | None) -> str | None:
+        """Whom a request acts for (a chat is recorded as, a memory call reads or edits): the user its per-user
+        key names, else ``named`` (a chat's ``user`` field, the memory's ``user`` query parameter; never a keyed
+        user's name without that user's key: 403), else its key's identity (``policy.request_user``)."""
+        return request_user(request[ACCESS].user, named or None, key_identity(sent_key(request.headers)),
+                            self._keyed_users)
 
     async def memory_list(self, request: web.Request) -> web.Response:
         """``GET /v1/memory``: the caller's own preferences; ``applied`` marks what the memory serves them with."""
-        user = self._memory_user(request)
+        user = self._user(request, request.query.get("user"))
         prefs = await self.store.run(self.store.preferences, user)
         applied = set(self._fit_memory([p["hint"] for p in prefs if p["standing"]])) if self.settings.memory else set()
         return web.json_response({"object": "list", "user": user, "memory": "on" if self.settings.memory else "off",
@@ -373,7 +374,7 @@ class ChatServer:
 
     async def memory_forget(self, request: web.Request) -> web.Response:
         """``DELETE /v1/memory/{id}``: delete one of the caller's own preferences (another user's is a 404)."""
-        user = self._memory_user(request)
+        user = self._user(request, request.query.get("user"))
         try:
             pid = int(request.match_info["id"])
         except ValueError:
@@ -386,7 +387,7 @@ class ChatServer:
 
     async def memory_clear(self, request: web.Request) -> web.Response:
         """``DELETE /v1/memory``: delete every preference of the caller's."""
-        n = await self.store.run(self.store.clear_preferences, self._memory_user(request))
+        n = await self.store.run(self.store.clear_preferences, self._user(request, request.query.get("user")))
         return web.json_response({"deleted": n})
 
     def _fit_memory(self, hints: list[str]) -> list[str]:
@@ -406,7 +407,7 @@ class ChatServer:
         except RecursionError:  # e.g. 100000 nested '[': the decoder gives up before finding an error
             raise ApiError("the request body could not be parsed as JSON: it is nested too deeply", code="invalid_json") from None
         req = parse_chat_request(body)
-        user = request_user(request[ACCESS].user, req.user, key_identity(sent_key(request.headers)), self._keyed_users)
+        user = self._user(request, req.user)
         memory = await self._memory(request, user)
         wanted = min(req.max_tokens or self.settings.default_max_tokens, self.settings.max_tokens_cap)
         served = dataclasses.replace(req, messages=with_memory(req.messages, memory, self.settings.memory_placement))
@@ -473,15 +474,16 @@ class ChatServer:
         Rendering runs off the event loop, in one of two lanes: a ``big`` request (a body over
         ``BIG_REQUEST_BYTES``) in the lane of big prompts (one thread), every other one in the lane of small
         prompts (two threads). Tokenizing a 7 MB prompt takes seconds; only another big prompt waits behind it,
-        never another client's chat. And a prompt that cannot fit even with its system prompt cut is refused
-        before it is tokenized at all, on a lower bound of its tokens (``_render_or_refuse``)."""
+        never another client's chat. And a big request whose prompt cannot fit even with its system prompt cut is
+        refused before it is tokenized at all, on a lower bound of its tokens (``_render_or_refuse``; a small one
+        tokenizes in milliseconds, and is not rendered twice to save them)."""
         ctx = self.engine.context_length
         budget = ctx - min(wanted, ctx // 4)
         render = functools.partial(self._render, tools=req.tools, tool_choice=req.tool_choice,
                                    template_kwargs=req.template_kwargs)
         loop = asyncio.get_running_loop()
         lane = self._lanes[big]
-        ids = await loop.run_in_executor(lane, self._render_or_refuse, req, budget)
+        ids = await loop.run_in_executor(lane, self._render_or_refuse, req, budget, big)
         if len(ids) < ctx:
             return req.messages, ids, 0
         if self.settings.context_overflow != "trim":
@@ -499,10 +501,12 @@ class ChatServer:
         self.metrics.inc("openclaw_prompt_tokens_cut_total", cut, help="System-prompt tokens cut to fit the context")
         return seen, ids, cut
 
-    def _render_or_refuse(self, req: ChatRequest, budget: int) -> list[int]:
-        """The prompt ids, or a 400 before tokenizing when lower bounds of the prompt's tokens (its text's bytes
-        over the most bytes one token stands for) show it cannot be served: past the context, and, where the
-        system prompt may be cut (``context_overflow: trim``), past ``budget`` without the system prompt too."""
+    def _render_or_refuse(self, req: ChatRequest, budget: int, check: bool) -> list[int]:
+        """The prompt ids, or (``check``) a 400 before tokenizing when lower bounds of the prompt's tokens (its
+        text's bytes over the most bytes one token stands for) show it cannot be served: past the context, and,
+        where the system prompt may be cut (``context_overflow: trim``), past ``budget`` without it too."""
+        if not check:
+            return self._render(req.messages, req.tools, req.tool_choice, req.template_kwargs)
         with _template_errors():
             text = self.renderer.text(req.messages, req.tools, req.tool_choice, template_kwargs=req.template_kwargs)
         n_bytes = len(text.encode("utf-8", "surrogatepass"))

@@ -75,8 +75,8 @@ _ASPECTS = [(name, re.compile(pattern, re.I)) for name, pattern in ASPECTS]
 FORGET_LAST = re.compile(r"^\W*(ok(ay)?\W+)?(please\W+)?(forget (that|it|this|what i (just )?(said|asked))|never\s?mind"
                          r"|scratch that|disregard (that|my last)|ignore (that|my last)( (instruction|preference|request))?)"
                          r"\W*$", re.I)
-STOP = re.compile(r"^\W*(ok(ay)?\W+)?(please\W+)?(you can\W+)?(stop|quit|no longer|don'?t|do not|forget about)\s+(?P<what>.+?)"
-                  r"(\s+any ?more)?\W*$", re.I | re.S)
+STOP = re.compile(r"^\W*(ok(ay)?\W+)?(please\W+)?(you can\W+)?"
+                  r"(?P<verb>stop|quit|no longer|don'?t|do not|forget about)\s+(?P<what>.+?)(\s+any ?more)?\W*$", re.I | re.S)
 STOPWORDS = frozenset("the a an and or to of in on at with your my me you it that this do doing please any more anymore "
                       "answer answers answering reply replies respond every each all from now".split())
 
@@ -100,8 +100,7 @@ def retraction(message: str) -> tuple[str, str] | None:
     m = STOP.match(text)
     if not m:
         return None
-    said_anymore = bool(m.group(7)) or re.search(r"\bany ?more\b", text, re.I) is not None
-    if m.group(5).lower().replace("'", "") in ("dont", "do not") and not said_anymore:
+    if m["verb"].lower().replace("'", "") in ("dont", "do not") and not re.search(r"\bany ?more\b", text, re.I):
         return None
     return "matching", m.group("what")
 
