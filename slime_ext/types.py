@@ -141,6 +141,7 @@ class JudgedTurn(TypedDict):
     tool_choice: Any
     finish_reason: str
     sampling: dict[str, Any] | None  # the request's sampling settings
+    memory: list[str] | None  # the standing preferences the preference memory served it with
     failures: int | None  # training steps that raised with it in them
     refusals: int | None  # catch-up steps the canary refused with it in them
 

@@ -6,7 +6,8 @@ kept per user in the store's ``preferences`` table. With ``serve --memory on``, 
 user is served with them in a block at the end of its system message (a system message is added
 first when the request has none); the request header ``X-OpenClaw-RL-Memory: off`` serves one request
 without it. The turn records the messages and prompt ids the model saw, and the preferences applied
-(``Turn.memory``), so a trainer can rebuild the prompt without them.
+(``Turn.memory``), so a trainer can rebuild the prompt without them (``without_memory``: context
+distillation, ``learning/memory.py``).
 
 Pure: the store lookup and the rendering happen in the server.
 """
@@ -55,6 +56,29 @@ def _appended(message: dict[str, Any], block: str) -> dict[str, Any]:
     else:
         out["content"] = f"{content}\n\n{block}" if content else block
     return out
+
+
+def without_memory(messages: list[dict[str, Any]], hints: list[str]) -> list[dict[str, Any]] | None:
+    """The messages as the client sent them: ``messages`` as ``with_memory`` served them with ``hints``, the
+    block taken out (a system message that is only the block, removed), wherever it was placed; None when the
+    block is not there as served (a system prompt cut to fit the context took part of it)."""
+    if not hints:
+        return messages
+    block = memory_block(hints)
+    for i in [0, *range(len(messages) - 1, 0, -1)] if messages else []:  # the system message, then the latest first
+        m = messages[i]
+        content = m.get("content")
+        if content == block and m.get("role") == "system" and i == 0:
+            return messages[1:]
+        out = dict(m)
+        if isinstance(content, list) and content and content[-1] == {"type": "text", "text": "\n\n" + block}:
+            out["content"] = content[:-1]
+        elif isinstance(content, str) and content.endswith("\n\n" + block):
+            out["content"] = content[:-len(block) - 2]
+        else:
+            continue
+        return [*messages[:i], out, *messages[i + 1:]]
+    return None
 
 
 # ------------------------------------------------------------------ which preferences a new message replaces

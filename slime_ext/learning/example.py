@@ -29,6 +29,12 @@ class Request:
     tool_choice: Any = None
     template_kwargs: dict[str, Any] | None = None
 
+    def render(self, renderer, messages: list[dict[str, Any]] | None = None) -> list[int]:
+        """The prompt ids of this request, or of it with ``messages`` instead of its own, as the server renders."""
+        return renderer.render(self.messages if messages is None else messages, self.tools or [],
+                               self.tool_choice if self.tool_choice is not None else "auto",
+                               template_kwargs=self.template_kwargs)
+
 
 @dataclass(frozen=True)
 class Teaching:
@@ -57,6 +63,10 @@ class Example:
     temperature: float | None  # the sampling temperature (None: unknown)
     finish_reason: str
     request: Request
+    memory: tuple[str, ...] = ()  # the standing preferences the preference memory served it with
+    # a memory turn trained without its memory (``learning/memory.py``): each token's truncated importance weight
+    # pi_old(no memory) / recorded(with it), which corrects the verdict term for having been sampled with it
+    weights: list[float] | None = None
     failures: int = 0  # training steps that raised with this turn in them
     refusals: int = 0  # catch-up steps the canary refused with this turn in them
     teaching: Teaching | None = None
@@ -77,6 +87,7 @@ class Example:
                    temperature=sampling.get("temperature"), finish_reason=row.get("finish_reason") or "",
                    request=Request(row.get("messages") or [], row.get("tools"), row.get("tool_choice"),
                                    sampling.get("chat_template_kwargs")),
+                   memory=tuple(row.get("memory") or ()),
                    failures=int(row.get("failures") or 0), refusals=int(row.get("refusals") or 0))
 
     def taught(self, teaching: Teaching | None) -> Example:
@@ -85,8 +96,8 @@ class Example:
 
     def sample(self) -> Sample:
         """The example as a Slime ``Sample``: the recorded tokens and log-probs, its verdict as the reward,
-        the teacher's log-probs (and top-k) when it has them, the temperature it was sampled at, and whether
-        it was cut at the token limit (``status``)."""
+        the teacher's log-probs (and top-k) when it has them, the temperature it was sampled at, whether
+        it was cut at the token limit (``status``), and a memory turn's verdict weights (``verdict_weights``)."""
         t = self.teaching
         return Sample(
             tokens=self.prompt_ids + self.response_ids, response_length=len(self.response_ids),
@@ -95,4 +106,5 @@ class Example:
             teacher_log_probs=list(t.logprobs) if t else None, reward=float(self.verdict), session_id=self.session_id,
             metadata={"session_id": self.session_id, "turn": self.turn, "user": self.user,
                       "teacher_topk": t.topk if t else None, "policy_version": self.policy_version,
-                      "policy_version_end": self.policy_version_end, "temperature": self.temperature})
+                      "policy_version_end": self.policy_version_end, "temperature": self.temperature,
+                      "verdict_weights": self.weights})

@@ -5,6 +5,8 @@ One example, top to bottom (``Pipeline.prepare``):
     Example.from_row(store row)                 learning/example.py   (the driver reads the store)
     select(...) -> candidates, drops            learning/select.py    (the driver writes the drops)
     for each candidate, until the step is full:
+        student: a turn served with the preference memory, without it (its pi_old and verdict weights)
+                                                learning/memory.py
         teach: the teacher's log-probs under the hint (topk_select: of each candidate hint)
                                                 learning/teacher.py
         check: does the teacher follow the hint; an unfollowed one is dropped or loses its term
@@ -25,6 +27,7 @@ trainer (``trainers/loop.py``, torch ``Scorer``s) and in Slime's rollout hook (`
 
 from __future__ import annotations
 
+import logging
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,13 +36,16 @@ from slime_ext.judge.backends import error_text
 from slime_ext.judge.hints import candidate_hints, parse_hint
 from slime_ext.learning.example import Example, Key
 from slime_ext.learning.groups import build_group, demonstration
+from slime_ext.learning.memory import student_example
 from slime_ext.learning.replay import replay_examples, replay_sample
 from slime_ext.learning.scorers import Scorer
 from slime_ext.learning.select import Drop
 from slime_ext.learning.settings import LearningConfig
 from slime_ext.learning.teachability import TeacherChecker, excluded
 from slime_ext.learning.teacher import TeacherTerm, teach, teach_candidates
-from slime_ext.types import Distill, Sample, Unfollowed
+from slime_ext.types import Distill, Method, Sample, Unfollowed
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -109,19 +115,42 @@ class Pipeline:
 
     # ------------------------------------------------------------------ teach and check
     def teach(self, ex: Example, out: Prepared) -> tuple[Example, str | None]:
-        """The teacher stage and the teacher check for one hinted example (OPD / Combine); why it is dropped."""
-        if not (ex.hint and self.config.method.uses_hints):
+        """The student without the memory, the teacher stage and the teacher check for one example (the teacher
+        under OPD / Combine, for a hinted example or one served with the memory); why it is dropped."""
+        ex, method = self.student(ex), self.config.method
+        hints = self.hints_of(ex)
+        if not method.uses_hints:
+            return ex, None
+        if not hints:  # only a turn served with the memory gets here without a hint (select)
+            if ex.memory and (method is Method.OPD or not ex.verdict):
+                return ex, "served with the memory, but the teacher follows none of its preferences: nothing to distill"
             return ex, None
         if self.config.distill is Distill.TOPK_SELECT:
-            ex, why = teach_candidates(ex, self.candidate_hints(ex), renderer=self.renderer, teacher=self.teacher,
+            memory = [h for h in hints if h != ex.hint]
+            candidates = [[*memory, h] for h in self.candidate_hints(ex)] if ex.hint else [memory]
+            ex, why = teach_candidates(ex, candidates, renderer=self.renderer, teacher=self.teacher,
                                        policy=self.policy, term=self.term, context=self.context)
         else:
-            ex, why = teach(ex, ex.hint, renderer=self.renderer, teacher=self.teacher, term=self.term,
+            ex, why = teach(ex, hints, renderer=self.renderer, teacher=self.teacher, term=self.term,
                             context=self.context)
         if why is not None:
             return ex, why
         out.scored.append((ex.key, ex.teaching.logprobs))
-        return self.check(ex, out)
+        return self.check(ex, out) if ex.hint else (ex, None)
+
+    def student(self, ex: Example) -> Example:
+        """``ex`` trained without the preference memory it was served with (``learning/memory.py``); as recorded
+        when the memory cannot be taken out of its prompt (logged)."""
+        student, why = student_example(ex, renderer=self.renderer, policy=self.policy)
+        if why is not None:
+            log.warning("turn %s/%s is trained with its memory: %s", ex.session_id, ex.turn, why)
+        return student
+
+    def hints_of(self, ex: Example) -> list[str]:
+        """What the teacher is shown: the preferences the memory served the turn with that the teacher follows
+        (``replays_hint``), then the turn's own hint (once)."""
+        hints = [h for h in ex.memory if self.replays_hint(h)]
+        return hints + [ex.hint] if ex.hint and ex.hint not in hints else hints
 
     def candidate_hints(self, ex: Example) -> list[str]:
         """``distill: topk_select``: the accepted hint first, then the other hint votes' (``hint_m`` at most)."""
@@ -172,7 +201,7 @@ class Pipeline:
             return []
         samples, skipped = [], []
         for ex, hints in replay_examples(self.store, out.taken, self.config.replay.turns, keep=self.replays_hint):
-            taught, why = teach(ex, hints, renderer=self.renderer, teacher=self.teacher, term=self.term,
+            taught, why = teach(self.student(ex), hints, renderer=self.renderer, teacher=self.teacher, term=self.term,
                                 context=self.context)
             if why is None:
                 samples.append(replay_sample(taught))  # not stored: a turn keeps its own teacher's
@@ -184,7 +213,8 @@ class Pipeline:
     # ------------------------------------------------------------------ metrics
     @staticmethod
     def metrics(out: Prepared) -> dict[str, Any]:
-        """What the stages add to a step's metrics: hinted turns and the teacher gap, groups (formed,
+        """What the stages add to a step's metrics: hinted turns and the teacher gap, turns trained without the
+        memory they were served with (and their mean verdict weight), groups (formed,
         constant, fresh samples and their mean implicit reward), context distillation, topk_select's choices."""
         m: dict[str, Any] = {}
         if out.checks:  # the teacher checks of this step: seconds spent, hints the teacher does not follow
@@ -192,6 +222,10 @@ class Pipeline:
                      hints_unfollowed=sum(not c["follows"] for _, _, c in out.checks))
         hinted = [ex for ex in out.taken if ex.teaching is not None]
         m["hinted_turns"] = len(hinted)
+        unmemorized = [ex for ex in out.taken if ex.weights is not None]  # served with the memory, trained without it
+        if unmemorized:
+            weights = [w for ex in unmemorized for w in ex.weights]
+            m.update(memory_turns=len(unmemorized), memory_weight_mean=sum(weights) / len(weights))
         if hinted:
             gaps = [t - o for ex in hinted for t, o in zip(ex.teaching.logprobs, ex.rollout_logprobs)]
             m["teacher_gap_mean"] = sum(gaps) / len(gaps)

@@ -27,11 +27,15 @@ from slime_ext.types import Method
 Drop = tuple[Key, str]  # a turn and why it is not trained
 
 
-def no_signal(method: str, verdict: int, hint: str | None, hint_judged_at: float | None) -> str | None:
-    """Why a judged turn gives ``method`` nothing to learn from, or None when it does."""
+def no_signal(method: str, verdict: int, hint: str | None, hint_judged_at: float | None,
+              memory: bool = False) -> str | None:
+    """Why a judged turn gives ``method`` nothing to learn from, or None when it does. A turn served with the
+    preference memory (``memory``) has a teacher without a hint: the memory's preferences (``learning/memory.py``)."""
     method = Method.parse(method)
     if method is Method.BINARY and verdict == 0:
         return "verdict 0 (ambiguous): no training signal"
+    if memory and method.uses_hints:
+        return None
     if method is Method.OPD and hint is None:
         return "no hint: nothing to distill" if hint_judged_at else "no hint: not judged for hints"
     if method is Method.COMBINE and verdict == 0 and hint is None:
@@ -46,7 +50,7 @@ def select(examples: list[Example], method: Method, version: int,
     candidates, dropped = [], []
     newer = staleness_filter([ex.policy_version for ex in examples], version)
     for ex, why in zip(examples, newer):
-        why = why or no_signal(method, ex.verdict, ex.hint, ex.hint_judged_at) or (refuse(ex) if refuse else None)
+        why = why or no_signal(method, ex.verdict, ex.hint, ex.hint_judged_at, bool(ex.memory)) or (refuse(ex) if refuse else None)
         if why is None:
             candidates.append(ex)
         else:
@@ -65,7 +69,7 @@ def step_size(waiting: list[dict[str, Any]], method: Method, version: int, batch
               max_staleness: int) -> StepSize:
     """How many turns the next embedded step takes (module docstring). ``waiting``: the store's cheap rows
     of every trainable turn, in the order a step takes them (``Store.waiting_turn_versions``)."""
-    rows = [r for r in waiting if no_signal(method, r["verdict"], r["hint"], r["hint_judged_at"]) is None]
+    rows = [r for r in waiting if no_signal(method, r["verdict"], r["hint"], r["hint_judged_at"], bool(r.get("memory"))) is None]
     if rows and rows[0].get("failures"):  # a step raised with it: alone, so it is found
         return StepSize(1, 1, len(rows))
     n = catchup_size([version - r["policy_version"] for r in rows], batch_size, max_staleness)

@@ -27,7 +27,7 @@ import torch
 
 from slime_ext.algorithms.topk import teacher_topk
 from slime_ext.algorithms.topk_select import select_support
-from slime_ext.learning.example import Example, Teaching
+from slime_ext.learning.example import Example, Request, Teaching
 from slime_ext.learning.scorers import Scorer
 from slime_ext.logprobs import scoring_temperature
 from slime_ext.types import Distill, SelectRule, TopkSupport
@@ -44,6 +44,11 @@ def hint_text(hint: str | Sequence[str]) -> str:
     if not lines:
         raise ValueError("the hint is empty")
     return "\n".join(lines)
+
+
+def as_hints(hint: str | Sequence[str]) -> tuple[str, ...]:
+    """One hint, or several, as a tuple."""
+    return (hint,) if isinstance(hint, str) else tuple(hint)
 
 
 def teacher_messages(messages: list[dict[str, Any]], hint: str | Sequence[str]) -> list[dict[str, Any]]:
@@ -68,8 +73,7 @@ def teacher_prompt_ids(renderer, messages: list[dict[str, Any]], hint: str | Seq
                        tool_choice: Any = None, template_kwargs: dict[str, Any] | None = None) -> list[int]:
     """The teacher's prompt token ids: the request plus the hint, rendered like the student's (with the
     request's ``template_kwargs``, e.g. ``enable_thinking``)."""
-    return renderer.render(teacher_messages(messages, hint), tools or [], tool_choice if tool_choice is not None else "auto",
-                           template_kwargs=template_kwargs)
+    return Request(messages, tools, tool_choice, template_kwargs).render(renderer, teacher_messages(messages, hint))
 
 
 @dataclass(frozen=True)
@@ -101,7 +105,7 @@ def teacher_prompt(renderer, ex: Example, hint: str | Sequence[str], context: in
     that cannot render it, or no room for the response within the ``context`` (0: unbounded)."""
     r = ex.request
     try:
-        prompt = teacher_prompt_ids(renderer, r.messages, hint, r.tools, r.tool_choice, r.template_kwargs)
+        prompt = r.render(renderer, teacher_messages(r.messages, hint))
     except Exception as e:  # a template that cannot render it: the turn cannot be distilled under it
         return [], f"teacher prompt could not be rendered: {type(e).__name__}: {str(e)[:100]}"
     if context and len(prompt) + len(ex.response_ids) > context:
@@ -116,11 +120,11 @@ def teach(ex: Example, hint: str | Sequence[str], *, renderer, teacher: Scorer, 
     if why is not None:
         return ex, why
     logprobs, topk = term.scores(teacher, prompt, ex.response_ids, scoring_temperature(ex.temperature))
-    hints = (hint,) if isinstance(hint, str) else tuple(hint)
+    hints = as_hints(hint)
     return ex.taught(Teaching(prompt, logprobs, topk, hints)), None
 
 
-def teach_candidates(ex: Example, candidates: Sequence[str], *, renderer, teacher: Scorer, policy: Scorer,
+def teach_candidates(ex: Example, candidates: Sequence[str | Sequence[str]], *, renderer, teacher: Scorer, policy: Scorer,
                      term: TeacherTerm, context: int) -> tuple[Example, str | None]:
     """``distill: topk_select``: each candidate hint's teacher and pi_old (``policy`` now) on the recorded
     response, the choice by overlap and the support with its advantages; the example's teacher log-probs
@@ -141,7 +145,7 @@ def teach_candidates(ex: Example, candidates: Sequence[str], *, renderer, teache
     chosen = select_support(student, teachers, term.topk, term.select_rule, term.support, term.clip)
     picked = teachers.gather(0, chosen.choice.view(1, -1, 1).expand(1, *teachers.shape[1:]))[0]
     logprobs = picked.gather(1, torch.tensor(response)[:, None])[:, 0].tolist()
-    selection = {"session_id": ex.session_id, "turn": ex.turn, "candidates": [h for h, _ in kept],
+    selection = {"session_id": ex.session_id, "turn": ex.turn, "candidates": [hint_text(h) for h, _ in kept],
                  "chosen": torch.bincount(chosen.choice, minlength=len(kept)).tolist(),
                  "overlap": chosen.overlap.sum(-1).tolist()}
-    return ex.taught(Teaching(kept[0][1], logprobs, chosen.support, (kept[0][0],), selection)), None
+    return ex.taught(Teaching(kept[0][1], logprobs, chosen.support, as_hints(kept[0][0]), selection)), None

@@ -454,11 +454,12 @@ class Store:
 
     def waiting_turn_versions(self) -> list[dict[str, Any]]:
         """Every turn ``trainable_turns`` would return, in its order, without the token columns (cheap):
-        the key, ``policy_version``, what decides its signal (``verdict``, ``hint``, ``hint_judged_at``) and its
-        setbacks (``failures``, ``refusals``)."""
+        the key, ``policy_version``, what decides its signal (``verdict``, ``hint``, ``hint_judged_at``, whether it was
+        served with the preference memory: ``memory``) and its setbacks (``failures``, ``refusals``)."""
         with self._lock:
             rows = self._conn.execute(
-                f"""SELECT session_id, idx, policy_version, verdict, hint, hint_judged_at, failures, refusals FROM turns
+                f"""SELECT session_id, idx, policy_version, verdict, hint, hint_judged_at, memory IS NOT NULL AS memory,
+                          failures, refusals FROM turns
                    WHERE verdict IS NOT NULL AND trained_in_version IS NULL AND dropped IS NULL
                    ORDER BY {_STEP_ORDER}""").fetchall()
         return [dict(r) for r in rows]
@@ -476,7 +477,7 @@ class Store:
     @staticmethod
     def _decode_turns(rows) -> list[JudgedTurn]:
         decode = ("prompt_token_ids", "response_token_ids", "response_logprobs", "teacher_logprobs", "messages",
-                  "tools", "tool_choice", "sampling")  # JSON columns
+                  "tools", "tool_choice", "sampling", "memory")  # JSON columns
         return [dict(r) | {k: json.loads(r[k]) if r[k] is not None else None for k in decode} for r in rows]
 
     def hint_vote_texts(self, session_id: str, idx: int) -> list[str]:

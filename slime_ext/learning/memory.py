@@ -1,0 +1,53 @@
+"""The memory stage: a turn served with the preference memory is trained as if it had been asked without it.
+
+With ``serve --memory on`` a user's standing preferences are in the prompt of every later request
+(``chat/memory.py``), so the recorded turn was sampled *with* them. Trained as recorded, the weights
+learn little: the preference is already in the prompt (measured: Combine with the memory, probed
+without it, one_sentence 0.667 -> 0.708 in 12 sessions against 0.917 without the memory). So the turn
+is trained as context distillation (Snell et al. 2022), the memory learned into the weights:
+
+- the **student** is the prompt without the memory: the recorded messages with the memory block taken
+  out (``chat/memory.py: without_memory``), rendered by the chat template like any prompt; the
+  response stays the exact recorded tokens;
+- pi_old is the policy's log-probs of the response after that prompt (``Scorer.logprobs``, at the
+  turn's sampling temperature), so the PPO ratio starts at 1 and the teacher gap is what the memory
+  adds;
+- the response was sampled with the memory, from another distribution than the student's, so its
+  **verdict term** is weighted per token by the truncated importance weight
+  ``min(pi_old / recorded, WEIGHT_CAP)`` (``Example.weights``; the teacher term is a per-token target
+  and is not weighted);
+- the **teacher** (``Pipeline.teach``) is the frozen base shown the memory's preferences, and the turn's
+  own hint, as the hint block the teacher follows best (``learning/teacher.py``; the same teacher as
+  preference replay), so every turn served with the memory distills it, hinted or not.
+
+A turn whose memory block is not in its recorded messages as served (a system prompt cut to fit the
+context took part of it) is trained as recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from slime_ext.chat.memory import without_memory
+from slime_ext.learning.example import Example
+from slime_ext.learning.scorers import Scorer
+from slime_ext.logprobs import scoring_temperature
+
+WEIGHT_CAP = 2.0  # the truncated importance weight's bound (the usual TIS cap)
+
+
+def student_example(ex: Example, *, renderer, policy: Scorer) -> tuple[Example, str | None]:
+    """``ex`` as the student without its memory (module docstring); unchanged when it was served without one,
+    or unchanged with the reason when its memory cannot be taken out."""
+    if not ex.memory:
+        return ex, None
+    r = ex.request
+    messages = without_memory(r.messages, list(ex.memory))
+    if messages is None:
+        return ex, "the memory block is not in the recorded prompt as served (cut to fit the context?)"
+    prompt = r.render(renderer, messages)
+    old = policy.logprobs(prompt, ex.response_ids, scoring_temperature(ex.temperature))
+    weights = [min(math.exp(min(o - s, 50.0)), WEIGHT_CAP) for o, s in zip(old, ex.rollout_logprobs)]
+    return dataclasses.replace(ex, prompt_ids=prompt, rollout_logprobs=old, weights=weights,
+                               request=dataclasses.replace(r, messages=messages)), None
