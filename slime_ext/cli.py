@@ -224,13 +224,16 @@ def _add_experiment_parser(sub) -> None:
     e = kinds.add_parser("personalization", help="learning curves: held-out score vs interactions per method",
                          description="For every method, persona and seed: start the server, run training sessions "
                                      "of the persona over HTTP, and probe a fixed held-out set (side turns, "
-                                     "temperature 0) at the start and after every --probe-every sessions. Writes "
-                                     "results.csv, results.md and results.png under --out; progress on stderr.")
+                                     "temperature 0, without the preference memory, and with it where "
+                                     "the server has it on) at the start and after every --probe-every sessions. "
+                                     "Writes results.csv, sessions.csv (each session's first answer), results.md "
+                                     "(with sessions to adaptation) and results.png under --out; progress on stderr.")
     experiment.add_arguments(e)
     e.set_defaults(fn=experiment.cmd_personalization)
     r = kinds.add_parser("report", help="merge results.csv files into one CSV, table and plot",
-                         description="Read the results.csv of earlier runs (for example one run per seed) and "
-                                     "write the merged results.csv, results.md and results.png under --out.")
+                         description="Read the results.csv of earlier runs (for example one run per seed), and the "
+                                     "sessions.csv beside each, and write the merged results.csv, sessions.csv, "
+                                     "results.md and results.png under --out.")
     r.add_argument("csv", nargs="+", help="results.csv files to merge")
     r.add_argument("--out", required=True, help="output folder")
     r.set_defaults(fn=experiment.cmd_report)

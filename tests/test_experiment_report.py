@@ -10,13 +10,15 @@ import pytest
 from slime_ext.cli import main
 from slime_ext.judge.heuristic import heuristic_hint
 from slime_ext.learning.teacher import teacher_messages
+from slime_ext.simulate.adaptation import adaptation, adaptation_table, bootstrap_ci, sessions_to_adaptation
 from slime_ext.simulate.experiment import COLUMNS, distinct_2, markdown_table, teacher_compliance, write_csv
 from slime_ext.simulate.personas import get_persona
 from slime_ext.simulate.questions import preference_tasks
 
 
-def _row(method, persona, seed, sessions, score, interactions=None, wall=10.0, correct="", teacher=""):
-    return {"method": method, "persona": persona, "seed": seed, "sessions": sessions,
+def _row(method, persona, seed, sessions, score, interactions=None, wall=10.0, correct="", teacher="", memory=None,
+         correct_memory=""):
+    return {"score_memory": score if memory is None else memory, "correct_memory": correct_memory, "method": method, "persona": persona, "seed": seed, "sessions": sessions,
             "interactions": sessions * 3 if interactions is None else interactions, "policy_version": sessions // 2,
             "score_mean": score, "score_std": 0.1, "probe_n": 8, "correct": correct, "distinct2": 0.8,
             "mean_words": 10 + sessions, "teacher_score": teacher, "wall_s": wall, "failed_requests": 0}
@@ -28,15 +30,15 @@ def _table_line(md, method, persona):
 
 def test_markdown_table_reports_mean_start_end_spread_first_and_stable_probe_reaching_the_target():
     rows = [_row("opd", "teacher", 0, 0, 0.6, correct=1.0, teacher=0.9), _row("opd", "teacher", 0, 4, 0.7),
-            _row("opd", "teacher", 0, 8, 0.9, correct=0.9),
+            _row("opd", "teacher", 0, 8, 0.9, correct=0.9, memory=1.0, correct_memory=0.95),
             _row("opd", "teacher", 1, 0, 0.6, correct=1.0, teacher=0.7), _row("opd", "teacher", 1, 4, 0.9),
-            _row("opd", "teacher", 1, 8, 0.7, correct=0.8),
+            _row("opd", "teacher", 1, 8, 0.7, correct=0.8, memory=0.8, correct_memory=0.85),
             _row("binary", "teacher", 0, 0, 0.6), _row("binary", "teacher", 0, 8, 0.5, wall=30.0)]
     md = markdown_table(rows)
     cells = [c.strip() for c in _table_line(md, "opd", "teacher").strip("|").split("|")]
     # seeds, teacher, start mean, end mean ± population sd, first probe whose mean >= 0.8, stable from (none)
     assert cells[2:8] == ["2", "0.800", "0.600", "0.800 ± 0.100", "12", "-"]
-    assert cells[8:11] == ["1.00 -> 0.85", "0.80 -> 0.80", "10.00 -> 18.00"]
+    assert cells[8:12] == ["1.00 -> 0.85", "0.900, 0.90", "0.80 -> 0.80", "10.00 -> 18.00"]  # memory on: at the end
     cells = [c.strip() for c in _table_line(md, "binary", "teacher").strip("|").split("|")]
     assert cells[2:8] == ["1", "nan", "0.600", "0.500 ± 0.000", "-", "-"] and cells[-1] == "30"
 
@@ -102,3 +104,32 @@ def test_report_refuses_a_file_that_is_not_a_results_csv(tmp_path, capsys):
     assert main(["experiment", "report", str(bad), "--out", str(tmp_path / "o")]) != 0
     assert "bad.csv: not a results.csv, missing columns ['persona'" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------------ sessions to adaptation (v3)
+
+
+def test_adaptation_is_the_first_of_three_consecutive_sessions_that_meet_the_preference():
+    assert sessions_to_adaptation([1, 1, 1, 0]) == 1
+    assert sessions_to_adaptation([0, 1, 1, 0, 1, 1, 1]) == 5  # two in a row is not three
+    assert sessions_to_adaptation([0.5, 0.9, 0.8, 1.0]) == 2  # partial credit meets it at 0.8
+    assert sessions_to_adaptation([1, 1, 0, 1, 1]) is None and sessions_to_adaptation([]) is None
+
+
+def test_the_bootstrap_interval_holds_the_mean_and_narrows_with_agreeing_seeds():
+    lo, hi = bootstrap_ci([4.0, 4.0, 4.0, 4.0, 4.0])
+    assert lo == hi == 4.0
+    lo, hi = bootstrap_ci([2.0, 3.0, 10.0, 4.0, 6.0])
+    assert lo < 5.0 < hi and 2.0 <= lo and hi <= 10.0
+    assert bootstrap_ci([2.0, 3.0, 10.0, 4.0, 6.0]) == (lo, hi)  # seeded: the same table each time
+    with pytest.raises(ValueError):
+        bootstrap_ci([])
+
+
+def test_a_run_that_never_adapts_counts_as_one_past_its_sessions_and_is_flagged():
+    a = adaptation({0: [1, 1, 1, 1], 1: [0, 0, 0, 0]})
+    assert a["mean"] == (1 + 5) / 2 and a["censored"] == 1 and a["from_second"] == 0.5
+    rows = [{"method": "m", "persona": "p", "seed": seed, "session": i + 1, "score": sc}
+            for seed, scores in ((0, [1, 1, 1, 1]), (1, [0, 0, 0, 0])) for i, sc in enumerate(scores)]
+    line = adaptation_table(list(reversed(rows))).splitlines()[-1]  # any row order: sessions are sorted
+    assert line.startswith("| m | p | 2 | 0.500 | >3.0 [") and line.endswith("| 1 |")

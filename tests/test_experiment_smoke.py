@@ -81,11 +81,13 @@ def test_tiny_experiment_with_an_llm_simulator_scores_through_it_and_never_leaks
     assert [int(x["sessions"]) for x in rows] == [0, 1] and all(int(x["probe_n"]) == 2 for x in rows)
     ratings = [b for _, b in sim.requests if "Reply with one number" in b["messages"][-1]["content"]]
     replies = [b for _, b in sim.requests if "Reply with one number" not in b["messages"][-1]["content"]]
-    assert len(ratings) == 2 * 2 and len(replies) == 1  # two probes of two answers; one follow-up
+    # two probes of two answers, and the session's first answer (sessions.csv); one follow-up
+    assert len(ratings) == 2 * 2 + 1 and len(replies) == 1
     assert all(h["Authorization"] == "Bearer sk-test-secret" and b["model"] == "sim" for h, b in sim.requests)
 
     scripted = get_persona("student")
     rated = [re.findall(r"<<<\n(.*?)\n>>>", b["messages"][-1]["content"], re.S) for b in ratings]
+    rated = rated[:2] + rated[3:]  # in order: the first probe, the session's first answer, the last probe
     for row, pair in zip(rows, (rated[:2], rated[2:])):  # each probe's score is the mean of the simulator's ratings
         expected = sum(scripted.score(sim.tasks[q], a) for q, a in pair) / 2
         assert float(row["score_mean"]) == pytest.approx(expected, abs=1e-4)
@@ -99,23 +101,37 @@ def test_tiny_experiment_with_an_llm_simulator_scores_through_it_and_never_leaks
     assert "sk-test-secret" not in r.stdout + r.stderr + (run_dir / "serve.log").read_text()
 
 
-@pytest.mark.parametrize("probe_memory", ["on", "off"])
-def test_probes_ask_with_or_without_the_preference_memory(tmp_path, probe_memory):
-    """`--probe-memory off` measures what the weights learned: the probes carry `X-OpenClaw-RL-Memory:
-    off`, so none of them is served with the preference the persona stated; `on` is what the user gets.
-    `--methods none` (the memory alone) trains nothing, and the run does not wait for training."""
+def test_probes_ask_without_and_with_the_memory_and_each_sessions_first_answer_is_kept(tmp_path):
+    """v3: the held-out probes carry `X-OpenClaw-RL-Memory: off` (what the weights learned) and, where the
+    server's memory is on, run again with it (what the user gets); every training session's first answer is
+    scored into sessions.csv, and results.md gives sessions to adaptation. `--methods none` (the memory alone)
+    trains nothing, and the run does not wait for training."""
     out = tmp_path / "results"
     r = subprocess.run(
         [sys.executable, "-m", "slime_ext.cli", "experiment", "personalization", "--model", "tiny",
-         "--methods", "none", "--personas", "so", "--seeds", "0", "--sessions", "2", "--probe-every", "2",
-         "--heldout", "2", "--rounds", "1", "--max-tokens", "8", "--out", str(out), "--serve-args", "--memory on",
-         "--probe-memory", probe_memory],
+         "--methods", "none", "--personas", "so", "--seeds", "0", "--sessions", "3", "--probe-every", "3",
+         "--heldout", "2", "--rounds", "1", "--max-tokens", "8", "--out", str(out), "--serve-args", "--memory on"],
         capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
     records = json.loads(subprocess.run([sys.executable, "-m", "slime_ext.cli", "records", "--run-dir",
                                          str(out / "runs" / "none-so-s0"), "--json"],
                                         capture_output=True, text=True, check=True).stdout)
     assert "so," in records["preferences"]["-"][0]["hint"].lower()  # the persona stated it (tiny never complies)
-    last_probes = [t for s in records["sessions"] if s["id"].startswith("probe-2-") for t in s["turns"]]
-    assert len(last_probes) >= 2  # the held-out tasks and the general questions of the last probe
-    assert all((t["memory"] is not None) == (probe_memory == "on") for t in last_probes), last_probes
+    probes = {s["id"]: s["turns"][0] for s in records["sessions"] if s["id"].startswith("probe-3-")}
+    without = [t for k, t in probes.items() if not k.startswith("probe-3-m-")]
+    with_memory = [t for k, t in probes.items() if k.startswith("probe-3-m-")]
+    assert len(without) >= 2 and len(with_memory) >= 2  # the held-out tasks (and the general questions) both ways
+    assert all(t["memory"] is None for t in without) and all(t["memory"] for t in with_memory)
+    # the first probe (nothing stated yet) is asked once
+    assert not any(s["id"].startswith("probe-0-m-") for s in records["sessions"])
+
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert [x["sessions"] for x in rows] == ["0", "3"] and rows[-1]["score_memory"] != ""
+    assert rows[-1]["correct_memory"] != "" and rows[0]["score_memory"] == rows[0]["score_mean"]
+    firsts = list(csv.DictReader(open(out / "sessions.csv")))
+    assert [x["session"] for x in firsts] == ["1", "2", "3"] and all(x["score"] in ("0.0", "1.0") for x in firsts)
+    main = sorted((s for s in records["sessions"] if s["id"].startswith("train-")), key=lambda s: int(s["id"].split("-")[2]))
+    for x, session in zip(firsts, main):  # each row scores the session's first answer
+        assert int(x["words"]) == len(session["turns"][0]["response_text"].split())
+    assert main[1]["turns"][0]["memory"]  # the second session opened with what the first one stated
+    assert "sessions to adaptation" in (out / "results.md").read_text()

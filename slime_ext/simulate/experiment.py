@@ -9,12 +9,17 @@ For each (method, persona, seed), ``run`` starts the real server (``openclaw-rl 
   each follow-up is the next state that judges the previous answer; after the persona's thanks the
   session ends; the answer to a session's last message is cut to a few tokens: nothing judges
   it). ``interactions`` counts the answers the persona replied to (each one judged turn) so far.
+  A session starts once the previous one is judged (a user does not type that fast; with the
+  memory on, what they said is then in it). Each session's **first answer**, scored by the persona,
+  is what the user experiences: ``sessions.csv``, and sessions to adaptation (``adaptation.py``).
 * a **probe** runs at 0 sessions (the base model) and after every ``probe_every`` sessions: first
   wait until the trainer is idle (nothing left to judge, fewer than ``batch_size`` judged turns
   waiting, and the served policy version steady for a second; bounded), then ask the first message
   of every held-out task as a side turn (``X-Turn-Type: side``: never judged or trained on) at
-  temperature 0, all at once (the engine batches them), and score the answers with
-  ``persona.score``; at the first and the last probe the held-out general questions
+  temperature 0, all at once (the engine batches them), **without the preference memory**
+  (``X-OpenClaw-RL-Memory: off``: what the weights learned), and score the answers with
+  ``persona.score``; where the server's memory is on, the same again with it (``score_memory``,
+  ``correct_memory``); at the first and the last probe the held-out general questions
   (``questions.CORRECTNESS_QUESTIONS``) give the fraction answered correctly; distinct-2 and words per answer catch a collapsing policy. At 0
   sessions the hinted teacher is probed too (``teacher_compliance``): what OPD can teach at most.
   One row per probe.
@@ -30,8 +35,8 @@ a failed probe question is left out of ``probe_n``).
 
 ``--jobs N`` runs N (method, persona, seed) runs at once, each server on ``cores // N`` threads.
 
-Outputs (``write_outputs``): ``results.csv`` (``COLUMNS``), ``results.md`` (a table per method and
-persona) and ``results.png`` (score vs interactions: one line per method, mean over seeds with
+Outputs (``write_outputs``): ``results.csv`` (``COLUMNS``), ``sessions.csv`` (``SESSION_COLUMNS``),
+``results.md`` (a table per method and persona, then sessions to adaptation) and ``results.png`` (score vs interactions: one line per method, mean over seeds with
 the min-max band shaded, the base model dashed; one subplot per persona).
 """
 
@@ -54,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from slime_ext.launch import ServerProcess
+from slime_ext.simulate.adaptation import adaptation_table
 from slime_ext.simulate.client import ChatClient
 from slime_ext.simulate.llm_persona import LLMPersona
 from slime_ext.simulate.personas import PERSONAS, Persona, get_persona
@@ -63,7 +69,9 @@ from slime_ext.trainers.canary import distinct_n
 from slime_ext.trainers.canary_data import holds_key
 
 COLUMNS = ["method", "persona", "seed", "sessions", "interactions", "policy_version", "score_mean", "score_std",
-           "probe_n", "correct", "distinct2", "mean_words", "teacher_score", "wall_s", "failed_requests"]
+           "probe_n", "correct", "distinct2", "mean_words", "teacher_score", "wall_s", "failed_requests",
+           "score_memory", "correct_memory"]
+SESSION_COLUMNS = ["method", "persona", "seed", "session", "score", "words"]  # each training session's first answer
 TARGET = 0.8  # the score whose first crossing the Markdown table reports
 STABLE_POINTS = 3  # consecutive probe points at or above TARGET: a stable effect (upstream's metric)
 
@@ -185,14 +193,16 @@ def probe_row(client: ChatClient, p: Persona | LLMPersona, tasks: list, tag: str
 
 
 def _session(client: ChatClient, p: Persona | LLMPersona, task, headers: dict[str, str], rounds: int,
-             seed: int) -> int:
-    """One training session; returns how many answers the persona replied to (judged turns)."""
+             seed: int) -> tuple[int, str | None]:
+    """One training session; returns how many answers the persona replied to (judged turns) and the session's
+    first answer (what the user got before saying anything about it; None when it failed)."""
     messages = [{"role": "user", "content": p.first_message(task)}]
-    judged = 0
+    judged, first = 0, None
     for r in range(rounds + 1):
         end = r == rounds or (r > 0 and messages[-1]["content"] == p.thanks)
         # the answer to the session's last message is never judged: a few tokens keep the run short
         answer = client.chat(messages, headers, seed=seed, **({"max_tokens": 8} if end else {}))
+        first = answer if r == 0 else first
         if answer is None or end:
             break
         follow_up = p.reply(task, answer)
@@ -200,15 +210,29 @@ def _session(client: ChatClient, p: Persona | LLMPersona, task, headers: dict[st
             break
         messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": follow_up}]
         judged += 1
-    return judged
+    return judged, first
+
+
+def wait_judged(srv: ServerProcess, timeout_s: float = 30.0) -> None:
+    """Wait (at most ``timeout_s``) until every turn with a next state is judged: a user starts the next
+    session after the last one ended, by which time the judge has read it (and the memory holds what they said)."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        try:
+            health = srv.health()
+        except OSError:
+            health = {}
+        if health and health.get("turns_with_next_state", 0) <= health.get("judged_turns", 0):
+            return
+        time.sleep(0.1)
 
 
 def run(method: str, persona: str, seed: int, *, model: str = "tiny", sessions: int = 32, probe_every: int = 8,
         heldout: int = 16, rounds: int = 2, max_tokens: int = 96, out_dir: str | Path = "results",
         extra_serve_args: list[str] | None = None, batch_size: int = 4, simulator: ChatClient | None = None,
-        progress: Callable[[int, float | None], None] | None = None, probe_memory: str = "on") -> list[dict[str, Any]]:
-    """One (method, persona, seed) run; returns one row (``COLUMNS``) per probe. ``probe_memory`` "off" probes
-    without the preference memory (``X-OpenClaw-RL-Memory: off``): what the weights learned.
+        progress: Callable[[int, float | None], None] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One (method, persona, seed) run; returns one row (``COLUMNS``) per probe and one (``SESSION_COLUMNS``) per
+    training session: the score of its first answer, what the user got.
 
     ``simulator``: an OpenAI-compatible endpoint that plays the persona (``LLMPersona``); without
     it the scripted persona plays. The run directory ``<out_dir>/runs/<method>-<persona>-s<seed>``
@@ -227,38 +251,48 @@ def run(method: str, persona: str, seed: int, *, model: str = "tiny", sessions: 
     rows: list[dict[str, Any]] = []
     with ServerProcess(run_dir, model, args, log_path=run_dir / "serve.log") as srv:
         client = ChatClient(srv.url, max_tokens=max_tokens)
-        interactions, teacher = 0, float("nan")
+        interactions, teacher, firsts = 0, float("nan"), []
+        memory_on = bool(srv.health().get("memory", {}).get("on"))
         for s in range(sessions + 1):
             if s > 0:
+                wait_judged(srv)
                 headers = {"X-Session-Id": f"train-s{seed}-{s}-{uuid.uuid4().hex[:8]}", "X-Turn-Type": "main"}
-                interactions += _session(client, p, train[s - 1], headers, rounds, seed * 100_003 + s * 101)
+                judged, first = _session(client, p, train[s - 1], headers, rounds, seed * 100_003 + s * 101)
+                interactions += judged
+                if first is not None:
+                    firsts.append({"method": method, "persona": persona, "seed": seed, "session": s,
+                                   "score": round(p.score(train[s - 1], first), 4), "words": len(first.split())})
                 if progress:
                     progress(s, None)
             if s % probe_every and s != sessions:
                 continue
             # --method none trains nothing: judged turns wait forever, and only the judging is waited for
             health = wait_idle(srv, batch_size if method != "none" else float("inf"))
-            row, answers = probe_row(client, p, probe_tasks, str(s), correctness=s in (0, sessions),
-                                     memory=probe_memory)
+            correctness = s in (0, sessions)
+            row, answers = probe_row(client, p, probe_tasks, str(s), correctness=correctness, memory="off")
+            with_memory = row  # the memory has nothing to add before the user said anything, or when it is off
+            if memory_on and s > 0:
+                with_memory, _ = probe_row(client, p, probe_tasks, f"{s}-m", correctness=correctness, memory="on")
             if s == 0 and isinstance(p, Persona):
                 teacher = teacher_compliance(client, p, probe_tasks, answers)
             rows.append({"method": method, "persona": persona, "seed": seed, "sessions": s,
                          "interactions": interactions, "policy_version": health.get("policy_version"), **row,
+                         "score_memory": with_memory["score_mean"], "correct_memory": with_memory["correct"],
                          "teacher_score": round(teacher, 4), "wall_s": round(time.time() - t0, 2),
                          "failed_requests": client.failed + (simulator.failed - sim_failed0 if simulator else 0)})
             if progress:
                 progress(s, row["score_mean"])
-    return rows
+    return rows, firsts
 
 
 # ------------------------------------------------------------------ outputs
 
-def write_csv(rows: list[dict[str, Any]], path: str | Path) -> None:
+def write_csv(rows: list[dict[str, Any]], path: str | Path, columns: list[str] = COLUMNS) -> None:
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w = csv.DictWriter(f, fieldnames=columns)
         w.writeheader()
         for r in rows:
-            w.writerow({k: r.get(k) for k in COLUMNS})
+            w.writerow({k: r.get(k) for k in columns})
 
 
 def _groups(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[int, list[dict]]]:
@@ -295,10 +329,11 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     """One line per (method, persona): the held-out score at start and end (mean ± sd over seeds),
     the interactions at which it first reaches ``TARGET`` and from which it stays there for
     ``STABLE_POINTS`` probe points (upstream's "sessions until a stable effect"), the hinted
-    teacher's score on the same probe, correctness, distinct-2 and words per answer, start -> end."""
+    teacher's score on the same probe, correctness, the score and correctness at the end with the
+    memory on (nan: not measured), distinct-2 and words per answer, start -> end."""
     lines = [f"| method | persona | seeds | teacher | score start | score end (± sd) | first >= {TARGET:g} | "
-             f"stable >= {TARGET:g} from | correct | distinct-2 | words | wall s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"stable >= {TARGET:g} from | correct | memory on: score end, correct end | distinct-2 | words | wall s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (method, persona), points in sorted(_groups(rows).items()):
         order = sorted(points)
         first, last = points[order[0]], points[order[-1]]
@@ -308,7 +343,8 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
         change = {k: f"{_column(first, k):.2f} -> {_column(last, k):.2f}" for k in ("correct", "distinct2", "mean_words")}
         lines.append(f"| {method} | {persona} | {seeds} | {_column(first, 'teacher_score'):.3f} | "
                      f"{_mean(_scores(first)):.3f} | {_mean(end):.3f} ± {spread:.3f} | {_first(order, points, 1)} | "
-                     f"{_first(order, points, STABLE_POINTS)} | {change['correct']} | {change['distinct2']} | "
+                     f"{_first(order, points, STABLE_POINTS)} | {change['correct']} | "
+                     f"{_column(last, 'score_memory'):.3f}, {_column(last, 'correct_memory'):.2f} | {change['distinct2']} | "
                      f"{change['mean_words']} | {_column(last, 'wall_s'):.0f} |")
     return "\n".join(lines) + "\n"
 
@@ -353,12 +389,20 @@ def plot(rows: list[dict[str, Any]], path: str | Path) -> None:
     plt.close(fig)
 
 
-def write_outputs(rows: list[dict[str, Any]], out_dir: str | Path) -> dict[str, Path]:
+def write_outputs(rows: list[dict[str, Any]], out_dir: str | Path,
+                  sessions: list[dict[str, Any]] | None = None) -> dict[str, Path]:
+    """``results.csv`` (the probes), ``sessions.csv`` (each training session's first answer, when there are
+    any), ``results.md`` (the probes' table, then sessions to adaptation) and ``results.png``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"csv": out / "results.csv", "md": out / "results.md", "png": out / "results.png"}
     write_csv(rows, paths["csv"])
-    paths["md"].write_text(markdown_table(rows))
+    table = markdown_table(rows)
+    if sessions:
+        paths["sessions"] = out / "sessions.csv"
+        write_csv(sessions, paths["sessions"], SESSION_COLUMNS)
+        table += "\n" + adaptation_table(sessions)
+    paths["md"].write_text(table)
     plot(rows, paths["png"])
     return paths
 
@@ -396,9 +440,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="added to the method's name in the results, to tell configurations apart ('+group4') [none]")
     p.add_argument("--jobs", type=int, default=1, help="runs at once, each server on cores/jobs threads [1]")
     p.add_argument("--serve-args", default="", help="more `openclaw-rl serve` flags, one shell-quoted string")
-    p.add_argument("--probe-memory", default="on", choices=("on", "off"),
-                   help="probe with the preference memory (what the user gets, where the server has --memory on) or "
-                        "without it (X-OpenClaw-RL-Memory: off: what the weights learned) [on]")
     p.add_argument("--out", default="experiments/personalization/results",
                    help="output folder: results.csv, results.md, results.png, runs/ [experiments/personalization/results]")
 
@@ -424,6 +465,7 @@ def cmd_personalization(args: argparse.Namespace) -> int:
     if args.jobs > 1 and "--threads" not in extra:
         extra += ["--threads", str(max(1, (os.cpu_count() or 1) // args.jobs))]
     rows: list[dict[str, Any]] = []
+    sessions: list[dict[str, Any]] = []
     out = Path(args.out)
     lock = threading.Lock()
 
@@ -431,38 +473,44 @@ def cmd_personalization(args: argparse.Namespace) -> int:
         method, persona, seed = key
         bar = Progress(f"{method}/{persona}/s{seed}", args.sessions)
         bar.update()
-        got = run(method, persona, seed, model=args.model, sessions=args.sessions, probe_every=args.probe_every,
-                  heldout=args.heldout, rounds=args.rounds, max_tokens=args.max_tokens, out_dir=out,
-                  extra_serve_args=extra, batch_size=args.batch_size, simulator=simulator, probe_memory=args.probe_memory,
-                  progress=lambda d, sc: bar.update(d, sc))
+        got, firsts = run(method, persona, seed, model=args.model, sessions=args.sessions,
+                          probe_every=args.probe_every, heldout=args.heldout, rounds=args.rounds,
+                          max_tokens=args.max_tokens, out_dir=out, extra_serve_args=extra, batch_size=args.batch_size,
+                          simulator=simulator, progress=lambda d, sc: bar.update(d, sc))
         bar.update(final=True)
-        for row in got:
+        for row in got + firsts:
             row["method"] += args.label  # a configuration's name in the results: "combine+group4"
         with lock:
             rows.extend(got)
-            write_outputs(rows, out)  # partial results survive an interrupted experiment
+            sessions.extend(firsts)
+            write_outputs(rows, out, sessions)  # partial results survive an interrupted experiment
     keys = [(m, p, s) for m in methods for p in personas for s in seeds]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         list(pool.map(one, keys))
-    paths = write_outputs(rows, out)
+    paths = write_outputs(rows, out, sessions)
     print(paths["md"].read_text(), end="")
-    print(f"wrote {paths['csv']}, {paths['md']}, {paths['png']}", file=sys.stderr)
+    print("wrote " + ", ".join(str(p) for p in paths.values()), file=sys.stderr)
     return 0
 
 
-def read_csv(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a ``results.csv``; refuses a file without the ``COLUMNS``."""
+def read_csv(path: str | Path, columns: list[str] = COLUMNS[:15]) -> list[dict[str, Any]]:
+    """Rows of a ``results.csv`` (``columns``: those it must have; v2's files lack the memory columns) or of a
+    ``sessions.csv`` (``SESSION_COLUMNS``); refuses a file without them."""
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        missing = [c for c in columns if c not in (reader.fieldnames or [])]
         if missing:
-            raise ValueError(f"{path}: not a results.csv, missing columns {missing}")
+            raise ValueError(f"{path}: not a {'sessions' if columns == SESSION_COLUMNS else 'results'}.csv, "
+                             f"missing columns {missing}")
         return list(reader)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """Merge ``results.csv`` files, and the ``sessions.csv`` beside each one where there is one."""
     rows = [row for path in args.csv for row in read_csv(path)]
-    paths = write_outputs(rows, args.out)
+    beside = [Path(path).with_name("sessions.csv") for path in args.csv]
+    sessions = [row for path in beside if path.exists() for row in read_csv(path, SESSION_COLUMNS)]
+    paths = write_outputs(rows, args.out, sessions)
     print(paths["md"].read_text(), end="")
-    print(f"wrote {paths['csv']}, {paths['md']}, {paths['png']}", file=sys.stderr)
+    print("wrote " + ", ".join(str(p) for p in paths.values()), file=sys.stderr)
     return 0
