@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from slime_ext.chat.memory import PLACEMENTS as MEMORY_PLACEMENTS
 from slime_ext.engines.device import check_device_spec
 from slime_ext.learning.settings import BUILTIN_POLICY_LOSS, LearningConfig
 from slime_ext.models.generation import CHOICES as SAMPLING_SOURCES
@@ -67,12 +68,14 @@ class ServeConfig(LearningConfig):
                                             "message, keep the conversation; the response says how many tokens in "
                                             "X-OpenClaw-RL-Prompt-Tokens-Cut) or error (400 context_length_exceeded)",
                                     group=SERVING, choices=("trim", "error"))
-    memory: str = setting("off", "the preference memory: on serves each user's requests with their standing "
+    memory: str = setting("on", "the preference memory: on serves each user's requests with their standing "
                                  "preferences (\"from now on ...\") in the system message; a request's "
                                  "X-OpenClaw-RL-Memory: off serves it without (chat/memory.py)", group=SERVING,
                           choices=("on", "off"))
-    memory_placement: str = setting("system", "where the preference memory goes: the end of the system message, or "
-                                              "of the latest user message", group=SERVING, choices=("system", "user"))
+    memory_placement: str = setting("system", "where the preference memory goes: a block at the end of the system "
+                                              "message (system) or of the latest user message (user), or the "
+                                              "trainer's hint block at the end of the latest user message (hint)",
+                                    group=SERVING, choices=MEMORY_PLACEMENTS)
     max_tokens_cap: int = setting(1024, "most new tokens per response", group=SERVING)
     default_max_tokens: int = setting(512, "new tokens when a request names none", group=SERVING)
     sampling_defaults: str = setting("model", "temperature / top_p of a request that names none: the model's "

@@ -123,12 +123,14 @@ def test_the_opt_out_header_serves_one_request_without_the_memory(srv, renderer)
     assert status == 400 and out["error"]["param"] == "x-openclaw-rl-memory", out
 
 
-def test_the_memory_is_off_unless_asked_for(make_server, tmp_path, renderer):
+@pytest.mark.parametrize("flag", [[], ["--memory", "off"]], ids=["default", "off"])
+def test_the_memory_is_on_by_default_and_off_never_serves_it(make_server, tmp_path, renderer, flag):
     seed(tmp_path / "seeded")
-    srv = make_server(run_dir=tmp_path / "seeded", extra=["--user-key", "alice=ak"])
+    srv = make_server(run_dir=tmp_path / "seeded", extra=["--user-key", "alice=ak", *flag])
     messages = [{"role": "user", "content": "Name a color."}]
     status, out = chat(srv, "ak", messages)
-    assert status == 200 and recorded(srv, out["id"])["prompt_token_ids"] == renderer.render(messages, [])
+    served = with_memory(messages, [STANDING["alice"]]) if not flag else messages
+    assert status == 200 and recorded(srv, out["id"])["prompt_token_ids"] == renderer.render(served, [])
 
 
 # ---------------------------------------------------------------------------------------------- the rules

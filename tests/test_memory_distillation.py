@@ -54,11 +54,11 @@ def test_a_memory_turn_has_a_teacher_without_a_hint():
 
 
 # ------------------------------------------------------------------ the student without its memory
-def record_memory_turn(store, model, renderer, sid, question, response, verdict, prefs, hint=None):
-    """A judged turn served with ``prefs`` in its system message, as the server records one: the messages and
-    prompt ids it was served with, its log-probs there, and the preferences applied."""
+def record_memory_turn(store, model, renderer, sid, question, response, verdict, prefs, hint=None, placement="system"):
+    """A judged turn served with ``prefs`` (in its system message: ``placement``), as the server records one: the
+    messages and prompt ids it was served with, its log-probs there, and the preferences applied."""
     sent = [{"role": "user", "content": question}]
-    served = with_memory(sent, prefs)
+    served = with_memory(sent, prefs, placement)
     prompt = renderer.render(served, [])
     lps = teacher_forced_logprobs(model, prompt + response, len(prompt)).tolist()
     store.create_session(sid, "ann", "inferred")
@@ -108,11 +108,20 @@ def trainer_for(base, store, run, renderer, **overrides):
     return OnlineTrainer(wrap_lora(base, cfg), store, run, cfg, renderer=renderer)
 
 
-@pytest.mark.parametrize("method", ["combine", "opd"])
-def test_every_memory_turn_is_taught_by_the_memory_teacher_hinted_or_not(tiny, method):
+def test_the_hint_placement_serves_the_trainers_teacher_prompt(tiny):
+    _, renderer, _, _ = tiny
+    sent = [{"role": "system", "content": "S"}, {"role": "user", "content": QUESTIONS[0]}]
+    assert renderer.render(with_memory(sent, PREFS, "hint"), []) == teacher_prompt_ids(renderer, sent, PREFS)
+    assert with_memory([{"role": "system", "content": "S"}], PREFS, "hint") == with_memory(
+        [{"role": "system", "content": "S"}], PREFS, "system")  # no user message: the system block
+
+
+@pytest.mark.parametrize("method, placement", [("combine", "system"), ("opd", "system"), ("combine", "hint")])
+def test_every_memory_turn_is_taught_by_the_memory_teacher_hinted_or_not(tiny, method, placement):
     base, renderer, store, run = tiny
     sents = [record_memory_turn(store, base, renderer, f"m{i}", q, [500 + i, 600, 2], 1, PREFS,
-                                hint="Answer in Spanish." if i == 0 else None) for i, q in enumerate(QUESTIONS)]
+                                hint="Answer in Spanish." if i == 0 else None, placement=placement)
+             for i, q in enumerate(QUESTIONS)]
     trainer = trainer_for(base, store, run, renderer, method=method)
     candidates, dropped = select([Example.from_row(r) for r in store.trainable_turns(8)], trainer.config.method, 0)
     assert not dropped  # OPD too: the memory is the teacher of an unhinted turn

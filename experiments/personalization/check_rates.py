@@ -11,6 +11,7 @@ session ids are ``probe-<sessions>-<task index>-...`` and the task order is the 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -27,7 +28,9 @@ def check_rates(run_dir: Path) -> dict[int, dict[str, float]]:
     out = subprocess.run([sys.executable, "-m", "slime_ext.cli", "records", "--run-dir", str(run_dir), "--json"],
                          capture_output=True, text=True, check=True).stdout
     passed: dict[int, list[dict[str, bool]]] = defaultdict(list)
-    sessions = [s for s in json.loads(out)["sessions"] if s["id"].startswith("probe-")]
+    # the held-out probes asked without the memory: probe-<sessions>-<task>-... (not -c-, the general questions;
+    # not -m-, the same asked with the memory)
+    sessions = [s for s in json.loads(out)["sessions"] if re.match(r"probe-\d+-\d+-", s["id"])]
     n = 1 + max((int(s["id"].split("-")[2]) for s in sessions), default=-1)
     tasks = tasks_for(persona, "heldout", n, 0)
     for s in sessions:

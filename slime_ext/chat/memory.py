@@ -14,8 +14,9 @@ Pure: the store lookup and the rendering happen in the server.
 
 from __future__ import annotations
 
+import copy
 import re
-from typing import Any
+from typing import Any, Sequence
 
 HEADER = "X-OpenClaw-RL-Memory"  # "off": serve this request without the memory
 MEMORY_TOKENS = 256  # a user's memory block at most this long; past it the oldest preferences are left out
@@ -27,19 +28,56 @@ def memory_block(hints: list[str]) -> str:
     return BLOCK.format(items="\n".join(f"- {h.strip()}" for h in hints))
 
 
-PLACEMENTS = ("system", "user")  # where the block goes: the end of the system message, or of the latest user message
+# where the memory goes: a block at the end of the system message, or of the latest user message; or the teacher's
+# hint block at the end of the latest user message (the served prompt is then the trainer's teacher prompt)
+PLACEMENTS = ("system", "user", "hint")
+
+HINT_BLOCK = "\n\n[Hindsight hint: what a better answer to this message takes]\n{hint}\n[End of hint]"
+
+
+def hint_text(hint: str | Sequence[str]) -> str:
+    """The text of the hint block: one hint, or several (empty ones left out), one a line, in order."""
+    hints = [hint] if isinstance(hint, str) else list(hint)
+    lines = [h.strip() for h in hints if h and h.strip()]
+    if not lines:
+        raise ValueError("the hint is empty")
+    return "\n".join(lines)
+
+
+def with_hint_block(messages: list[dict[str, Any]], hint: str | Sequence[str]) -> list[dict[str, Any]]:
+    """``messages`` with ``hint`` (one, or a list: ``hint_text``) appended, in a marked block, to the
+    last user message (a copy): how the trainer's teacher is shown a hint (``learning/teacher.py``), and the
+    memory's ``hint`` placement."""
+    text = hint_text(hint)
+    out = copy.deepcopy(messages)
+    for m in reversed(out):
+        if m.get("role") != "user":
+            continue
+        block = HINT_BLOCK.format(hint=text)
+        content = m.get("content")
+        if isinstance(content, list):  # content parts: add a text part
+            m["content"] = [*content, {"type": "text", "text": block.lstrip("\n")}]
+        else:
+            m["content"] = (content or "") + block
+        return out
+    raise ValueError("the request has no user message to attach the hint to")
+
+
 
 
 def with_memory(messages: list[dict[str, Any]], hints: list[str], placement: str = "system") -> list[dict[str, Any]]:
     """``messages`` (not changed) with the memory block added; unchanged when there are no hints. ``system``: at
     the end of the first system message (or in a new system message first); ``user``: at the end of the latest
-    user message (a system message when there is none). Content given as parts gets a text part."""
+    user message; ``hint``: the hint block there (``with_hint_block``); ``user`` and ``hint`` without a user
+    message: the system block. Content given as parts gets a text part."""
     if not hints:
         return messages
     if placement not in PLACEMENTS:
         raise ValueError(f"memory placement {placement!r}: expected one of {', '.join(PLACEMENTS)}")
     block = memory_block(hints)
     at = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "user"), None)
+    if placement == "hint" and at is not None:
+        return with_hint_block(messages, hints)
     if placement == "system" or at is None:
         if messages and messages[0].get("role") in ("system", "developer"):
             return [_appended(messages[0], block), *messages[1:]]
@@ -64,17 +102,20 @@ def without_memory(messages: list[dict[str, Any]], hints: list[str]) -> list[dic
     block is not there as served (a system prompt cut to fit the context took part of it)."""
     if not hints:
         return messages
-    block = memory_block(hints)
+    block, hinted = "\n\n" + memory_block(hints), HINT_BLOCK.format(hint=hint_text(hints))
     for i in [0, *range(len(messages) - 1, 0, -1)] if messages else []:  # the system message, then the latest first
         m = messages[i]
         content = m.get("content")
-        if content == block and m.get("role") == "system" and i == 0:
+        if content == block[2:] and m.get("role") == "system" and i == 0:  # a system message it added (or emptied)
             return messages[1:]
         out = dict(m)
-        if isinstance(content, list) and content and content[-1] == {"type": "text", "text": "\n\n" + block}:
+        if content == block[2:]:  # the block in an empty message
+            out["content"] = ""
+        elif isinstance(content, list) and content and content[-1] in ({"type": "text", "text": block},
+                                                                     {"type": "text", "text": hinted.lstrip("\n")}):
             out["content"] = content[:-1]
-        elif isinstance(content, str) and content.endswith("\n\n" + block):
-            out["content"] = content[:-len(block) - 2]
+        elif isinstance(content, str) and (content.endswith(block) or content.endswith(hinted)):
+            out["content"] = content[:-len(block if content.endswith(block) else hinted)]
         else:
             continue
         return [*messages[:i], out, *messages[i + 1:]]

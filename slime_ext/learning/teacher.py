@@ -26,6 +26,8 @@ from typing import Any, Sequence
 import torch
 
 from slime_ext.algorithms.topk import teacher_topk
+from slime_ext.chat.memory import HINT_BLOCK, hint_text  # noqa: F401  (the hint block: chat/memory.py)
+from slime_ext.chat.memory import with_hint_block as teacher_messages
 from slime_ext.algorithms.topk_select import select_support
 from slime_ext.learning.example import Example, Request, Teaching
 from slime_ext.learning.scorers import Scorer
@@ -34,39 +36,9 @@ from slime_ext.types import Distill, SelectRule, TopkSupport
 
 log = logging.getLogger(__name__)
 
-HINT_BLOCK = "\n\n[Hindsight hint: what a better answer to this message takes]\n{hint}\n[End of hint]"
-
-
-def hint_text(hint: str | Sequence[str]) -> str:
-    """The text of the hint block: one hint, or several (empty ones left out), one a line, in order."""
-    hints = [hint] if isinstance(hint, str) else list(hint)
-    lines = [h.strip() for h in hints if h and h.strip()]
-    if not lines:
-        raise ValueError("the hint is empty")
-    return "\n".join(lines)
-
-
 def as_hints(hint: str | Sequence[str]) -> tuple[str, ...]:
     """One hint, or several, as a tuple."""
     return (hint,) if isinstance(hint, str) else tuple(hint)
-
-
-def teacher_messages(messages: list[dict[str, Any]], hint: str | Sequence[str]) -> list[dict[str, Any]]:
-    """``messages`` with ``hint`` (one, or a list: ``hint_text``) appended, in a marked block, to the
-    last user message (a copy)."""
-    text = hint_text(hint)
-    out = copy.deepcopy(messages)
-    for m in reversed(out):
-        if m.get("role") != "user":
-            continue
-        block = HINT_BLOCK.format(hint=text)
-        content = m.get("content")
-        if isinstance(content, list):  # content parts: add a text part
-            m["content"] = [*content, {"type": "text", "text": block.lstrip("\n")}]
-        else:
-            m["content"] = (content or "") + block
-        return out
-    raise ValueError("the request has no user message to attach the hint to")
 
 
 def teacher_prompt_ids(renderer, messages: list[dict[str, Any]], hint: str | Sequence[str], tools: list | None = None,
