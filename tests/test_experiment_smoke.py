@@ -52,8 +52,12 @@ def test_tiny_experiment_writes_csv_markdown_and_png_and_never_trains_on_probes(
                                          "--json"], capture_output=True, text=True, check=True).stdout)
     turns = [t for s in records["sessions"] for t in s["turns"]]
     probes = [t for t in turns if not t["main_line"]]
-    # three probes of two held-out tasks, two of the general questions, and the hinted teacher
-    assert 3 * 2 + 2 * len(correctness_tasks()) <= len(probes) <= 3 * 2 + 2 * len(correctness_tasks()) + 2
+    # asked without the memory: three probes of two held-out tasks, two of the general questions, and the
+    # hinted teacher; with it (on by default), the probes after the first again
+    general = len(correctness_tasks())
+    with_memory = [s for s in records["sessions"] if re.match(r"probe-\d+-m-", s["id"])]
+    assert len(with_memory) == 2 * 2 + general
+    assert 3 * 2 + 2 * general <= len(probes) - len(with_memory) <= 3 * 2 + 2 * general + 2
     assert all(t["trained_in_version"] is None and t["verdict"] is None for t in probes)
     assert any(t["trained_in_version"] is not None for t in turns if t["main_line"])
 
@@ -71,7 +75,7 @@ def test_tiny_experiment_with_an_llm_simulator_scores_through_it_and_never_leaks
              "--methods", "binary", "--personas", "student", "--seeds", "0", "--sessions", "1",
              "--heldout", "2", "--rounds", "1", "--max-tokens", "8", "--batch-size", "1", "--lora-rank", "4",
              "--simulator-url", f"http://127.0.0.1:{sim.server_port}/v1", "--simulator-model", "sim",
-             "--out", str(out)],
+             "--out", str(out), "--serve-args", "--memory off"],  # one probe each time: the ratings are counted
             capture_output=True, text=True, timeout=240, env={**os.environ, "OPENCLAW_SIM_API_KEY": "sk-test-secret"})
     finally:
         sim.shutdown()
