@@ -73,7 +73,7 @@ def test_self_judge_votes_come_from_the_served_engine(make_server):
     conversation(srv, "hello", "thanks!")
     (turn,) = wait_for_verdicts(srv, 1, timeout=120)
     assert turn["votes"] == [None, None] and turn["verdict"] == 0  # random weights never write \boxed{}
-    texts = [r[0] for r in sqlite3.connect(srv.run_dir / "records.sqlite").execute("SELECT text FROM votes")]
+    texts = [r[0] for r in sqlite3.connect(srv.run_dir / "records.sqlite").execute("SELECT text FROM votes WHERE kind='reward'")]
     assert len(texts) == 2 and all(t and not t.startswith("abstained") for t in texts)
 
 

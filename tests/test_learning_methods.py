@@ -51,8 +51,8 @@ def test_method_selects_what_is_judged_trained_and_recorded(make_server, method,
     trained = {k for k, t in turns.items() if t["trained_in_version"] is not None}
     assert len(trained) == trainable and srv.health()["policy_version"] >= 1
     hinted = turns[FEEDBACK[1]]
-    if method == "binary":
-        assert all(t["hint"] is None and t["hint_votes"] == [] and t["teacher_logprobs"] is None for t in turns.values())
+    if method == "binary":  # no teacher; the hint is still judged, for the preference memory (on by default)
+        assert all(t["teacher_logprobs"] is None for t in turns.values()) and hinted["hint"] == HINT
         return
     assert hinted["hint"] == HINT and hinted["hint_votes"] == [1]
     assert len(hinted["teacher_logprobs"]) == len(hinted["response_token_ids"])
