@@ -77,7 +77,7 @@ def teacher_prompt(renderer, ex: Example, hint: str | Sequence[str], context: in
     that cannot render it, or no room for the response within the ``context`` (0: unbounded)."""
     r = ex.request
     try:
-        prompt = r.render(renderer, teacher_messages(r.messages, hint))
+        prompt = teacher_prompt_ids(renderer, r.messages, hint, r.tools, r.tool_choice, r.template_kwargs)
     except Exception as e:  # a template that cannot render it: the turn cannot be distilled under it
         return [], f"teacher prompt could not be rendered: {type(e).__name__}: {str(e)[:100]}"
     if context and len(prompt) + len(ex.response_ids) > context:
