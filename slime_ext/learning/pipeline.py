@@ -118,9 +118,9 @@ class Pipeline:
         """The student without the memory, the teacher stage and the teacher check for one example (the teacher
         under OPD / Combine, for a hinted example or one served with the memory); why it is dropped."""
         ex, method = self.student(ex), self.config.method
-        hints = self.hints_of(ex)
         if not method.uses_hints:
             return ex, None
+        hints = self.hints_of(ex)
         if not hints:  # only a turn served with the memory gets here without a hint (select)
             if ex.memory and (method is Method.OPD or not ex.verdict):
                 return ex, "served with the memory, but the teacher follows none of its preferences: nothing to distill"
