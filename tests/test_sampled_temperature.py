@@ -110,7 +110,10 @@ def test_slime_settings_whose_serving_temperature_is_not_the_rollout_temperature
     from slime_ext.config import ServeConfig
     from slime_ext.hooks.rollout import rollout_temperature_error
 
-    binary, combine = ServeConfig(method="binary"), ServeConfig(method="combine")
+    # the preference memory (on by default) needs temperature 1 whatever the method: below, without it
+    binary, combine = ServeConfig(method="binary", memory="off"), ServeConfig(method="combine", memory="off")
+    why = rollout_temperature_error(ServeConfig(method="binary"), 0.6, 0.6)
+    assert "memory" in why and "temperature 1" in why
     assert rollout_temperature_error(binary, 0.6, 0.6) is None and rollout_temperature_error(combine, 1.0, 1.0) is None
     assert rollout_temperature_error(binary, 0.0, 1.0) is None  # greedy: raw logits, i.e. temperature 1
     why = rollout_temperature_error(binary, 0.6, 1.0)

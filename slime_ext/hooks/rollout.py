@@ -118,6 +118,12 @@ def rollout_temperature_error(cfg, serving_temperature: float, rollout_temperatu
                 f"{serving_temperature:g} (sampling_defaults: {cfg.sampling_defaults}), and Slime must score them at "
                 f"that temperature; set --rollout-temperature {serving:g} (ROLLOUT_TEMPERATURE in the launch scripts) "
                 "or sampling_defaults: openai (1.0)")
+    if abs(rollout_temperature - 1.0) > 1e-6 and getattr(cfg, "memory", "off") == "on" \
+            and Method.parse(cfg.method) is not Method.NONE:
+        return (f"--rollout-temperature {rollout_temperature:g} with the preference memory on: a turn served with it "
+                "is trained without it, its pi_old scored through SGLang at temperature 1, so it would not compare "
+                "with the rollout's; serve and train at 1 (sampling_defaults: openai, --rollout-temperature 1.0), "
+                "or --memory off")
     if abs(rollout_temperature - 1.0) > 1e-6 and Method.parse(cfg.method).uses_hints:
         return (f"--rollout-temperature {rollout_temperature:g} with method {cfg.method}: the teacher (and fresh group "
                 "samples) are scored through SGLang at temperature 1, so their log-probs would not compare with the "
