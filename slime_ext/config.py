@@ -69,8 +69,9 @@ class ServeConfig(LearningConfig):
                                             "X-OpenClaw-RL-Prompt-Tokens-Cut) or error (400 context_length_exceeded)",
                                     group=SERVING, choices=("trim", "error"))
     memory: str = setting("on", "the preference memory: on serves each user's requests with their standing "
-                                 "preferences (\"from now on ...\") in the system message; a request's "
-                                 "X-OpenClaw-RL-Memory: off serves it without (chat/memory.py)", group=SERVING,
+                                "preferences (\"from now on ...\"; where --memory-placement says), and the trainer "
+                                "learns them into the weights from those turns (context distillation); a request's "
+                                "X-OpenClaw-RL-Memory: off serves it without (chat/memory.py)", group=SERVING,
                           choices=("on", "off"))
     memory_placement: str = setting("system", "where the preference memory goes: a block at the end of the system "
                                               "message (system) or of the latest user message (user), or the "

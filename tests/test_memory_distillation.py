@@ -89,14 +89,14 @@ def test_the_student_is_the_prompt_without_the_memory_with_its_own_pi_old_and_we
     old = teacher_forced_logprobs(base, student.prompt_ids + student.response_ids, len(student.prompt_ids))
     assert torch.allclose(torch.tensor(student.rollout_logprobs), old, atol=1e-5)
     expected = [min(math.exp(o - r), WEIGHT_CAP) for o, r in zip(old.tolist(), ex.rollout_logprobs)]
-    assert student.weights == pytest.approx(expected, rel=1e-5) and max(student.weights) <= WEIGHT_CAP
+    assert student.verdict_weights == pytest.approx(expected, rel=1e-5) and max(student.verdict_weights) <= WEIGHT_CAP
     assert student.response_ids == ex.response_ids and student.verdict == 1  # the answer and verdict are the turn's
     # the verdict term carries the weights, the teacher term does not
     sample = student.sample()
     assert sample.tokens[: len(student.prompt_ids)] == student.prompt_ids
     cfg = TrainerConfig(method="binary")
     (adv,) = Objective.of(cfg).advantages(sample)
-    assert adv.tolist() == pytest.approx(student.weights, rel=1e-5)
+    assert adv.tolist() == pytest.approx(student.verdict_weights, rel=1e-5)
     # a turn served without the memory is what it was
     assert student_example(student, renderer=renderer, policy=TorchScorer.of(base, [2]))[0] is student
 
@@ -142,7 +142,7 @@ def test_binary_rl_trains_the_served_answer_without_the_memory(tiny):
     candidates, _ = select([Example.from_row(r) for r in store.trainable_turns(8)], trainer.config.method, 0)
     prepared = trainer.pipeline.prepare(candidates, 4, 4, 0)
     assert [ex.prompt_ids for ex in prepared.taken] == [renderer.render(s, []) for s in sents]
-    assert all(ex.teaching is None and ex.weights for ex in prepared.taken)
+    assert all(ex.teaching is None and ex.verdict_weights for ex in prepared.taken)
 
 
 def gap_to_teacher(model, renderer, sent, response) -> float:

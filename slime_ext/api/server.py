@@ -91,7 +91,7 @@ class ServerSettings:
     # a prompt past the context: "trim" (cut the middle of the longest system message, chat/overflow.py) or "error"
     context_overflow: str = "trim"
     memory: bool = False  # serve each user's requests with their standing preferences (chat/memory.py)
-    memory_placement: str = "system"  # where: the end of the system message, or of the latest user message
+    memory_placement: str = "system"  # where (chat/memory.py: PLACEMENTS): system, user or hint
 
 
 class ChatServer:
@@ -451,7 +451,7 @@ class ChatServer:
                            code="invalid_header")
         if not self.settings.memory or wanted == "off":
             return []
-        hints = self._fit_memory([p["hint"] for p in await self.store.run(self.store.preferences, user, True)])
+        hints = self._fit_memory([p["hint"] for p in await self.store.run(self.store.preferences, user, True, False)])
         if hints:
             self.metrics.inc("openclaw_memory_requests_total", help="Requests served with the preference memory")
         return hints

@@ -2,9 +2,10 @@
 
 A standing preference is an accepted hint the user stated as one ("from now on ...": the judge's
 ``preference`` rule on a message the *user* wrote; a tool result, a page or a file never makes one),
-kept per user in the store's ``preferences`` table. With ``serve --memory on``, each request of that
-user is served with them in a block at the end of its system message (a system message is added
-first when the request has none); the request header ``X-OpenClaw-RL-Memory: off`` serves one request
+kept per user in the store's ``preferences`` table. With ``serve --memory on`` (the default), each
+request of that user is served with them where ``--memory-placement`` says (``with_memory``: by default
+a block at the end of its system message, a system message added first when the request has none); the
+request header ``X-OpenClaw-RL-Memory: off`` serves one request
 without it. The turn records the messages and prompt ids the model saw, and the preferences applied
 (``Turn.memory``), so a trainer can rebuild the prompt without them (``without_memory``: context
 distillation, ``learning/memory.py``).
@@ -61,8 +62,6 @@ def with_hint_block(messages: list[dict[str, Any]], hint: str | Sequence[str]) -
             m["content"] = (content or "") + block
         return out
     raise ValueError("the request has no user message to attach the hint to")
-
-
 
 
 def with_memory(messages: list[dict[str, Any]], hints: list[str], placement: str = "system") -> list[dict[str, Any]]:

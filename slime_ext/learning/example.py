@@ -66,7 +66,7 @@ class Example:
     memory: tuple[str, ...] = ()  # the standing preferences the preference memory served it with
     # a memory turn trained without its memory (``learning/memory.py``): each token's truncated importance weight
     # pi_old(no memory) / recorded(with it), which corrects the verdict term for having been sampled with it
-    weights: list[float] | None = None
+    verdict_weights: list[float] | None = None
     failures: int = 0  # training steps that raised with this turn in them
     refusals: int = 0  # catch-up steps the canary refused with this turn in them
     teaching: Teaching | None = None
@@ -107,4 +107,4 @@ class Example:
             metadata={"session_id": self.session_id, "turn": self.turn, "user": self.user,
                       "teacher_topk": t.topk if t else None, "policy_version": self.policy_version,
                       "policy_version_end": self.policy_version_end, "temperature": self.temperature,
-                      "verdict_weights": self.weights})
+                      "verdict_weights": self.verdict_weights})

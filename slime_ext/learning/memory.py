@@ -14,7 +14,7 @@ is trained as context distillation (Snell et al. 2022), the memory learned into 
   adds;
 - the response was sampled with the memory, from another distribution than the student's, so its
   **verdict term** is weighted per token by the truncated importance weight
-  ``min(pi_old / recorded, WEIGHT_CAP)`` (``Example.weights``; the teacher term is a per-token target
+  ``min(pi_old / recorded, WEIGHT_CAP)`` (``Example.verdict_weights``; the teacher term is a per-token target
   and is not weighted);
 - the **teacher** (``Pipeline.teach``) is the frozen base shown the memory's preferences, and the turn's
   own hint, as the hint block the teacher follows best (``learning/teacher.py``; the same teacher as
@@ -48,6 +48,6 @@ def student_example(ex: Example, *, renderer, policy: Scorer) -> tuple[Example, 
         return ex, "the memory block is not in the recorded prompt as served (cut to fit the context?)"
     prompt = r.render(renderer, messages)
     old = policy.logprobs(prompt, ex.response_ids, scoring_temperature(ex.temperature))
-    weights = [min(math.exp(min(o - s, 50.0)), WEIGHT_CAP) for o, s in zip(old, ex.rollout_logprobs)]
-    return dataclasses.replace(ex, prompt_ids=prompt, rollout_logprobs=old, weights=weights,
+    weights = [math.exp(min(o - s, math.log(WEIGHT_CAP))) for o, s in zip(old, ex.rollout_logprobs)]
+    return dataclasses.replace(ex, prompt_ids=prompt, rollout_logprobs=old, verdict_weights=weights,
                                request=dataclasses.replace(r, messages=messages)), None

@@ -222,9 +222,9 @@ class Pipeline:
                      hints_unfollowed=sum(not c["follows"] for _, _, c in out.checks))
         hinted = [ex for ex in out.taken if ex.teaching is not None]
         m["hinted_turns"] = len(hinted)
-        unmemorized = [ex for ex in out.taken if ex.weights is not None]  # served with the memory, trained without it
+        unmemorized = [ex for ex in out.taken if ex.verdict_weights is not None]  # served with the memory, trained without
         if unmemorized:
-            weights = [w for ex in unmemorized for w in ex.weights]
+            weights = [w for ex in unmemorized for w in ex.verdict_weights]
             m.update(memory_turns=len(unmemorized), memory_weight_mean=sum(weights) / len(weights))
         if hinted:
             gaps = [t - o for ex in hinted for t, o in zip(ex.teaching.logprobs, ex.rollout_logprobs)]

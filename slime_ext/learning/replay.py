@@ -33,7 +33,7 @@ def replay_examples(store, batch: list[Example], limit: int,
     exclude = {ex.key for ex in batch}
     out = []
     for user in dict.fromkeys(ex.user for ex in batch):
-        hints = [p["hint"] for p in store.preferences(user, standing_only=True) if keep(p["hint"])]
+        hints = [p["hint"] for p in store.preferences(user, standing_only=True, follows=False) if keep(p["hint"])]
         if hints:
             out.extend((Example.from_row(row), hints) for row in store.replay_turns(user, exclude, limit))
     return out

@@ -18,7 +18,6 @@ and picks, at each position, the one whose teacher the policy overlaps most
 
 from __future__ import annotations
 
-import copy
 import logging
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -26,9 +25,9 @@ from typing import Any, Sequence
 import torch
 
 from slime_ext.algorithms.topk import teacher_topk
-from slime_ext.chat.memory import HINT_BLOCK, hint_text  # noqa: F401  (the hint block: chat/memory.py)
-from slime_ext.chat.memory import with_hint_block as teacher_messages
 from slime_ext.algorithms.topk_select import select_support
+from slime_ext.chat.memory import HINT_BLOCK, hint_text  # noqa: F401  (the hint block is written once: chat/memory.py)
+from slime_ext.chat.memory import with_hint_block as teacher_messages
 from slime_ext.learning.example import Example, Request, Teaching
 from slime_ext.learning.scorers import Scorer
 from slime_ext.logprobs import scoring_temperature

@@ -352,14 +352,15 @@ class Store:
                                              "same_answer": _int_bool(r["same_answer"]),
                                              "teacher_sample": r["sample"]} for r in rows]}
 
-    def preferences(self, user: str | None, standing_only: bool = False) -> list[dict[str, Any]]:
+    def preferences(self, user: str | None, standing_only: bool = False, follows: bool = True) -> list[dict[str, Any]]:
         """``user``'s preferences in the order first stated (``standing_only``: the replayed ones), each with
-        ``teacher_follows``: whether the hinted teacher followed it when last checked (None: never checked)."""
+        ``teacher_follows``: whether the hinted teacher followed it when last checked (None: never checked, or not
+        looked up: ``follows`` False, as on every chat request the memory serves)."""
         with self._lock:
             rows = self._conn.execute(
                 f"""SELECT rowid, * FROM preferences WHERE user=? {'AND standing=1' if standing_only else ''}
                     ORDER BY created_at, rowid""", (user or "",)).fetchall()
-            follows = _teacher_follows(self._conn, user)
+            follows = _teacher_follows(self._conn, user) if follows else {}
         return [_preference(r, follows) for r in rows]
 
     def retract_preferences(self, session_id: str, idx: int, kind: str, what: str = "") -> list[str]:
