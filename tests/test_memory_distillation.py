@@ -190,3 +190,24 @@ def test_context_distillation_moves_the_no_memory_distribution_toward_the_memory
     assert all(m and m["memory_turns"] == 4 for m in steps), steps
     after = sum(gap_to_teacher(trainer.model, renderer, s, r) for s, r in held_out)
     assert after < 0.7 * before, (before, after)  # measured: 0.048 -> 0.025 nats
+
+
+def test_the_teacher_check_measures_the_turns_hint_alone_not_the_memory_with_it(tiny, monkeypatch):
+    """A memory turn's teacher prompt carries its preferences and its hint; whether the teacher follows the hint
+    (what `teacher_follows` reports of it) is measured on the hint alone, against the prompt without the memory."""
+    from slime_ext.learning.teachability import TeacherChecker
+
+    base, renderer, store, run = tiny
+    sent = record_memory_turn(store, base, renderer, "m0", QUESTIONS[0], [500, 600, 2], -1, PREFS,
+                              hint="Answer in Spanish.")
+    seen = []
+    real = TeacherChecker.check
+    monkeypatch.setattr(TeacherChecker, "check", lambda self, teacher, prompt, hinted, hint, context=0:
+                        seen.append((prompt, hinted, hint)) or real(self, teacher, prompt, hinted, hint, context))
+    trainer = trainer_for(base, store, run, renderer, batch_size=1,
+                          teacher_check=TeacherCheckConfig(unfollowed="train", max_new_tokens=4))
+    candidates, _ = select([Example.from_row(r) for r in store.trainable_turns(4)], trainer.config.method, 0)
+    (ex,) = trainer.pipeline.prepare(candidates, 1, 1, 0).taken
+    assert ex.teaching.prompt_ids == teacher_prompt_ids(renderer, sent, PREFS + ["Answer in Spanish."])
+    assert seen == [(renderer.render(sent, []), teacher_prompt_ids(renderer, sent, "Answer in Spanish."),
+                     "Answer in Spanish.")]

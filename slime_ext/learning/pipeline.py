@@ -42,7 +42,7 @@ from slime_ext.learning.scorers import Scorer
 from slime_ext.learning.select import Drop
 from slime_ext.learning.settings import LearningConfig
 from slime_ext.learning.teachability import TeacherChecker, excluded
-from slime_ext.learning.teacher import TeacherTerm, teach, teach_candidates
+from slime_ext.learning.teacher import TeacherTerm, teach, teach_candidates, teacher_prompt
 from slime_ext.types import Distill, Method, Sample, Unfollowed
 
 log = logging.getLogger(__name__)
@@ -159,11 +159,17 @@ class Pipeline:
 
     def check(self, ex: Example, out: Prepared) -> tuple[Example, str | None]:
         """Does the hinted teacher follow the example's hint; an unfollowed one loses its teacher term
-        (``unfollowed: skip``) or the example is dropped (``drop``; OPD or a zero verdict: nothing left)."""
+        (``unfollowed: skip``) or the example is dropped (``drop``; OPD or a zero verdict: nothing left). The hint
+        is measured alone: a turn served with the memory has its preferences in its teacher prompt too, and they
+        would count as the hint's effect (and decide what ``teacher_follows`` says of it)."""
         cfg = self.config.teacher_check
         if not cfg.enabled:
             return ex, None
-        check = self.checker.check(self.teacher, ex.prompt_ids, ex.teaching.prompt_ids, ex.hint, self.context)
+        hinted = ex.teaching.prompt_ids
+        if ex.memory:
+            alone, why = teacher_prompt(self.renderer, ex, ex.hint, self.context)
+            hinted = alone if why is None else hinted
+        check = self.checker.check(self.teacher, ex.prompt_ids, hinted, ex.hint, self.context)
         out.checks.append((ex.key, ex.hint, check.record()))
         strip, why = excluded(self.config.method, ex.verdict, check, cfg)
         return (ex.taught(None) if strip else ex), why
