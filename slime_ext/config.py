@@ -77,6 +77,10 @@ class ServeConfig(LearningConfig):
                                               "message (system) or of the latest user message (user), or the "
                                               "trainer's hint block at the end of the latest user message (hint)",
                                     group=SERVING, choices=MEMORY_PLACEMENTS)
+    memory_opening: str = setting("on", "an opening a user quoted in a standing preference (\"start every answer with "
+                                        "'So,'\") is written as the first words of their answers, and the model "
+                                        "continues after it; off: it is only in the memory block (chat/memory.py: "
+                                        "opening)", group=SERVING, choices=("on", "off"))
     max_tokens_cap: int = setting(1024, "most new tokens per response", group=SERVING)
     default_max_tokens: int = setting(512, "new tokens when a request names none", group=SERVING)
     sampling_defaults: str = setting("model", "temperature / top_p of a request that names none: the model's "

@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from slime_ext.chat.memory import memory_block, with_memory
+from slime_ext.chat.memory import memory_block, opening, with_memory
 from slime_ext.chat.prompt import PromptRenderer
 from slime_ext.launch import ServerProcess
 from slime_ext.learning.teachability import TeacherCheck
@@ -296,3 +296,91 @@ def test_placed_in_the_latest_user_message_the_recorded_prompt_is_still_what_was
     turn = recorded(srv, out["id"])
     assert status == 200 and turn["memory"] == ["Answer in French."]
     assert turn["prompt_token_ids"] == renderer.render(with_memory(messages, ["Answer in French."], "user"), [])
+
+
+# ---------------------------------------------------------------------------------------------- the opening
+@pytest.mark.parametrize("hints, expected", [
+    (['Always start your answer with "So,".'], "So,"),
+    (["Start each reply with 'Hey there!'."], "Hey there!"),
+    (["Open your replies with \u201cAhoy,\u201d."], "Ahoy,"),
+    (["Start with 'Here's the deal:'."], "Here's the deal:"),
+    (['Start your answers with the word "Indeed"'], "Indeed"),
+    (["Begin every answer with Hello."], None),  # no quotes: which words are the opening?
+    (["Start with a summary."], None),
+    (['When you write emails, start with "Dear Sir".'], None),  # not every answer
+    (['Always end your answers with "Cheers!".'], None),
+    (["Keep it short.", 'Start with "A".', "Answer in French.", 'Begin with "B".'], "B"),  # the newest
+])
+def test_which_preference_gives_the_answers_opening(hints, expected):
+    assert opening(hints) == expected
+
+
+OPENER = "Zebra crossing:"  # a random tiny model never says it
+
+
+@pytest.fixture(scope="module")
+def opened(tmp_path_factory):
+    """dave asked for an opening; alice did not."""
+    run_dir = tmp_path_factory.mktemp("opening") / "run"
+    seed(run_dir)
+    store = Store(run_dir)
+    add_turn(store, "dave-1", "dave")
+    judge(store, "dave-1", f'Start every answer with "{OPENER}".')
+    store.close()
+    s = ServerProcess(run_dir, extra=["--method", "none", "--user-key", "alice=ak", "--user-key", "dave=dk"]).start()
+    yield s
+    s.stop()
+
+
+def ask(s: ServerProcess, key: str, messages: list[dict], max_tokens: int = 8, **fields) -> dict:
+    from openai import OpenAI
+
+    client = OpenAI(base_url=s.url, api_key=key, max_retries=0)
+    return client.chat.completions.create(model="m", messages=messages, max_tokens=max_tokens, **fields).model_dump()
+
+
+def test_an_opening_the_user_quoted_is_the_answers_first_words_and_recorded_as_given(opened, renderer):
+    messages = [{"role": "user", "content": "Name a color."}]
+    out = ask(opened, "dk", messages)
+    assert out["choices"][0]["message"]["content"].startswith(OPENER), out
+    turn = recorded(opened, out["id"])
+    given = renderer.tokenizer.encode(OPENER, add_special_tokens=False)
+    # the recorded turn is what the model saw: the memory prompt, then the given tokens, then what it sampled
+    assert turn["prompt_token_ids"] == renderer.render(with_memory(messages, turn["memory"]), [])
+    assert turn["response_token_ids"][:len(given)] == given and len(turn["response_token_ids"]) > len(given)
+    assert turn["response_logprobs"][:len(given)] == [0.0] * len(given)
+    assert turn["sampling"]["forced_tokens"] == len(given) and turn["sampling"]["max_new_tokens"] == 8
+    assert out["usage"]["completion_tokens"] == len(turn["response_token_ids"]) <= 8
+    # streamed alike
+    from openai import OpenAI
+
+    stream = OpenAI(base_url=opened.url, api_key="dk", max_retries=0).chat.completions.create(
+        model="m", messages=messages, max_tokens=8, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices).startswith(OPENER)
+
+
+@pytest.mark.parametrize("case", ["another user", "memory off for the request", "tools", "no room"])
+def test_the_opening_is_not_given_where_it_does_not_apply(opened, case):
+    messages = [{"role": "user", "content": "Name a color."}]
+    key, headers, fields = "dk", {}, {}
+    if case == "another user":
+        key = "ak"
+    elif case == "memory off for the request":
+        headers = {"X-OpenClaw-RL-Memory": "off"}
+    elif case == "tools":  # a tool call may come first
+        fields = {"tools": [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]}
+    out = ask(opened, key, messages, max_tokens=2 if case == "no room" else 8, extra_headers=headers, **fields)
+    turn = recorded(opened, out["id"])
+    assert "forced_tokens" not in turn["sampling"] and not (out["choices"][0]["message"]["content"] or "").startswith(OPENER)
+
+
+def test_memory_opening_off_leaves_it_to_the_memory_block(make_server, tmp_path, renderer):
+    seed(tmp_path / "seeded")
+    store = Store(tmp_path / "seeded")
+    add_turn(store, "dave-1", "dave")
+    judge(store, "dave-1", f'Start every answer with "{OPENER}".')
+    store.close()
+    srv = make_server(run_dir=tmp_path / "seeded", extra=["--memory-opening", "off", "--user-key", "dave=dk"])
+    out = ask(srv, "dk", [{"role": "user", "content": "Name a color."}])
+    turn = recorded(srv, out["id"])
+    assert OPENER in renderer.tokenizer.decode(turn["prompt_token_ids"]) and "forced_tokens" not in turn["sampling"]

@@ -51,7 +51,7 @@ from slime_ext.api.policy import (
 )
 from slime_ext.api.schemas import ChatRequest, parse_chat_request
 from slime_ext.chat.memory import HEADER as MEMORY_HEADER
-from slime_ext.chat.memory import MEMORY_TOKENS, fit_memory, with_memory
+from slime_ext.chat.memory import MEMORY_TOKENS, fit_memory, opening, with_memory
 from slime_ext.chat.overflow import cuttable_text, fit_messages
 from slime_ext.chat.prompt import PromptRenderer, stop_token_ids
 from slime_ext.chat.reply import ReplyParser
@@ -92,6 +92,7 @@ class ServerSettings:
     context_overflow: str = "trim"
     memory: bool = False  # serve each user's requests with their standing preferences (chat/memory.py)
     memory_placement: str = "system"  # where (chat/memory.py: PLACEMENTS): system, user or hint
+    memory_opening: bool = True  # an opening quoted in a standing preference is written as the answer's first tokens
 
 
 class ChatServer:
@@ -431,7 +432,7 @@ class ChatServer:
         # the turn records the messages the model saw (the memory, a cut system prompt); the tracker matched the
         # sent ones
         gen = _Generation(self, dataclasses.replace(req, messages=seen), prompt_ids, sampling, assignment, user,
-                          received, cut, memory)
+                          received, cut, memory, opening(memory) if memory and self.settings.memory_opening else None)
         self.in_flight += 1
         self.metrics.inc("openclaw_requests_total", help="Chat requests accepted", stream=str(req.stream).lower())
         try:
@@ -541,7 +542,7 @@ class _Generation:
     """One chat completion: runs the engine, feeds the parser, records the turn."""
 
     def __init__(self, server: ChatServer, req: ChatRequest, prompt_ids, sampling, assignment: Assignment, user, received,
-                 cut: int = 0, memory: list[str] | None = None):
+                 cut: int = 0, memory: list[str] | None = None, opening: str | None = None):
         self.s = server
         self.memory = memory or None  # the standing preferences the memory added to the prompt
         self.cut = cut  # system-prompt tokens cut to fit the context (reported in a response header)
@@ -563,11 +564,20 @@ class _Generation:
         self.parser = ReplyParser(stops=req.stop, tool_names={t["function"]["name"] for t in req.tools} if tools_on else set(),
                                   thinking=True if opened else None)
         self.hit_eos = False
+        # the memory's opening: the answer's first tokens, given, not sampled (a tool call or reasoning comes first
+        # where tools are on or the prompt opened <think>; and at least one token is left to sample)
+        forced = server.tokenizer.encode(opening, add_special_tokens=False) if opening else []
+        self.forced = forced if forced and not tools_on and not opened and len(forced) < sampling.max_new_tokens else []
+        if self.forced:
+            self.sampling = dataclasses.replace(sampling, max_new_tokens=sampling.max_new_tokens - len(self.forced))
 
     async def events(self):
         """Yield parser events as tokens arrive; stops the engine early on a stop string."""
         decode = self.s.tokenizer.decode
-        stream = self.s.engine.generate(self.prompt_ids, self.sampling)
+        if self.forced:  # given as the answer's first tokens: log-prob 0 under what served them
+            self.tokens, self.logprobs = list(self.forced), [0.0] * len(self.forced)
+            self.versions = [self.s.engine.policy_version] * len(self.forced)
+        stream = self.s.engine.generate(self.prompt_ids + self.forced, self.sampling)
         try:
             async for out in stream:
                 if self.t_first is None:
@@ -622,7 +632,8 @@ class _Generation:
             tools=self.req.tools or None, tool_choice=self.req.tool_choice if self.req.tools else None,
             user=self.user,
             sampling={"temperature": self.sampling.temperature, "top_p": self.sampling.top_p,
-                      "max_new_tokens": self.sampling.max_new_tokens, "seed": self.sampling.seed, "stop": self.req.stop,
+                      "max_new_tokens": self.sampling.max_new_tokens + len(self.forced), "seed": self.sampling.seed,
+                      "stop": self.req.stop, **({"forced_tokens": len(self.forced)} if self.forced else {}),
                       **({"chat_template_kwargs": self.req.template_kwargs} if self.req.template_kwargs else {})},
             timings={"received": self.t_received, "first_token": self.t_first or now, "done": now},
             reply_key=message_key(msg), history_keys=self.a.history_keys, created_at=now, memory=self.memory,

@@ -121,6 +121,30 @@ def without_memory(messages: list[dict[str, Any]], hints: list[str]) -> list[dic
     return None
 
 
+# ------------------------------------------------------------------ an opening the user quoted
+# "Start every answer with 'So,'": the verb, up to 40 characters, "with" ("with the word"), then a literal in quotes (straight or curly; a
+# single-quoted one closes before a space, punctuation or the end, so "Here's" stays inside)
+_OPENING = re.compile(r"\b(start|begin|open)(s|ing)?\b.{0,40}?\bwith\s*(the\s+(word|words|phrase|line|greeting)\s*:?\s*)?(\"(?P<d>[^\"\n]{1,60})\"|\u201c(?P<c>[^\u201d\n]{1,60})\u201d"
+                      r"|['\u2018](?P<s>[^\n]{1,60}?)['\u2019](?=[\s.,;:!?)]|$))", re.I)
+_CONDITIONAL = re.compile(r"\b(when|whenever|if|unless|only|except)\b", re.I)
+
+
+def opening(hints: Sequence[str]) -> str | None:
+    """The literal the user asked every answer to start with, quoted in one of their standing preferences (the
+    newest such), or None. Only an unconditional one ("start every answer with 'So,'", not "when you write emails,
+    start with 'Dear'") and only a quoted one: "start with a summary" names no words. The server writes it as the
+    answer's first tokens and the model continues after it (``--memory-opening``): a 135M model told in its system
+    message never opens with "So," (docs/learning.md, "The preference memory")."""
+    for hint in reversed(list(hints)):
+        m = _OPENING.search(hint)
+        if m is None or _CONDITIONAL.search(hint):
+            continue
+        text = (m["d"] or m["c"] or m["s"]).strip()
+        if text:
+            return text
+    return None
+
+
 # ------------------------------------------------------------------ which preferences a new message replaces
 LANGUAGES = ("english", "french", "german", "spanish", "italian", "portuguese", "dutch", "russian", "chinese",
              "mandarin", "japanese", "korean", "arabic", "hindi", "turkish", "polish", "swedish", "latin", "greek")

@@ -64,6 +64,7 @@ class Example:
     finish_reason: str
     request: Request
     memory: tuple[str, ...] = ()  # the standing preferences the preference memory served it with
+    forced: int = 0  # the response's first tokens the memory gave (its opening, chat/memory.py), not sampled
     # a memory turn trained without its memory (``learning/memory.py``): each token's truncated importance weight
     # pi_old(no memory) / recorded(with it), which corrects the verdict term for having been sampled with it
     verdict_weights: list[float] | None = None
@@ -87,7 +88,7 @@ class Example:
                    temperature=sampling.get("temperature"), finish_reason=row.get("finish_reason") or "",
                    request=Request(row.get("messages") or [], row.get("tools"), row.get("tool_choice"),
                                    sampling.get("chat_template_kwargs")),
-                   memory=tuple(row.get("memory") or ()),
+                   memory=tuple(row.get("memory") or ()), forced=int(sampling.get("forced_tokens") or 0),
                    failures=int(row.get("failures") or 0), refusals=int(row.get("refusals") or 0))
 
     def taught(self, teaching: Teaching | None) -> Example:
@@ -97,12 +98,15 @@ class Example:
     def sample(self) -> Sample:
         """The example as a Slime ``Sample``: the recorded tokens and log-probs, its verdict as the reward,
         the teacher's log-probs (and top-k) when it has them, the temperature it was sampled at, whether
-        it was cut at the token limit (``status``), and a memory turn's verdict weights (``verdict_weights``)."""
+        it was cut at the token limit (``status``), and a memory turn's verdict weights (``verdict_weights``).
+        Tokens the memory gave (``forced``) are not the policy's choice where the turn trains with its memory: they are
+        masked out then; trained without it (``learning/memory.py``), they are what the student learns to say."""
         t = self.teaching
+        given = self.forced if self.verdict_weights is None else 0
         return Sample(
             tokens=self.prompt_ids + self.response_ids, response_length=len(self.response_ids),
             status=Sample.Status.TRUNCATED if self.finish_reason == "length" else Sample.Status.COMPLETED,
-            loss_mask=[1] * len(self.response_ids), rollout_log_probs=list(self.rollout_logprobs),
+            loss_mask=[0] * given + [1] * (len(self.response_ids) - given), rollout_log_probs=list(self.rollout_logprobs),
             teacher_log_probs=list(t.logprobs) if t else None, reward=float(self.verdict), session_id=self.session_id,
             metadata={"session_id": self.session_id, "turn": self.turn, "user": self.user,
                       "teacher_topk": t.topk if t else None, "policy_version": self.policy_version,
