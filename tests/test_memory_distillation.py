@@ -77,13 +77,9 @@ def tiny(tmp_path):
     return base, renderer, Store(tmp_path / "run"), tmp_path / "run"
 
 
-@pytest.mark.parametrize("verdict", [-1, 1])
-def test_the_student_is_the_prompt_without_the_memory_with_its_own_pi_old_and_weights(tiny, verdict):
-    """A -1's verdict term is importance-weighted (not pushed off what the student would hardly say); a +1's is not:
-    the approved answer is the student's demonstration, its tokens taught however unlikely they are without the
-    memory."""
+def test_the_student_is_the_prompt_without_the_memory_with_its_own_pi_old_and_weights(tiny):
     base, renderer, store, _ = tiny
-    sent = record_memory_turn(store, base, renderer, "m0", QUESTIONS[0], [500, 600, 700, 2], verdict, PREFS)
+    sent = record_memory_turn(store, base, renderer, "m0", QUESTIONS[0], [500, 600, 700, 2], 1, PREFS)
     (row,) = store.trainable_turns(4)
     ex = Example.from_row(row)
     assert ex.memory == tuple(PREFS) and memory_block(PREFS) in renderer.tokenizer.decode(ex.prompt_ids)
@@ -93,17 +89,14 @@ def test_the_student_is_the_prompt_without_the_memory_with_its_own_pi_old_and_we
     old = teacher_forced_logprobs(base, student.prompt_ids + student.response_ids, len(student.prompt_ids))
     assert torch.allclose(torch.tensor(student.rollout_logprobs), old, atol=1e-5)
     expected = [min(math.exp(o - r), WEIGHT_CAP) for o, r in zip(old.tolist(), ex.rollout_logprobs)]
-    if verdict > 0:
-        expected = [1.0] * len(expected)
-    assert max(abs(o - r) for o, r in zip(old.tolist(), ex.rollout_logprobs)) > 0.05  # the memory made a difference
     assert student.verdict_weights == pytest.approx(expected, rel=1e-5) and max(student.verdict_weights) <= WEIGHT_CAP
-    assert student.response_ids == ex.response_ids and student.verdict == verdict  # the answer and verdict are the turn's
+    assert student.response_ids == ex.response_ids and student.verdict == 1  # the answer and verdict are the turn's
     # the verdict term carries the weights, the teacher term does not
     sample = student.sample()
     assert sample.tokens[: len(student.prompt_ids)] == student.prompt_ids
     cfg = TrainerConfig(method="binary")
     (adv,) = Objective.of(cfg).advantages(sample)
-    assert adv.tolist() == pytest.approx([verdict * w for w in student.verdict_weights], rel=1e-5)
+    assert adv.tolist() == pytest.approx(student.verdict_weights, rel=1e-5)
     # a turn served without the memory is what it was
     assert student_example(student, renderer=renderer, policy=TorchScorer.of(base, [2]))[0] is student
 
@@ -241,33 +234,20 @@ def record_opened_turn(store, model, renderer, sid, question, rest, verdict):
     store.record_verdict(sid, 0, verdict, [(verdict, "t")])
 
 
-def test_given_opening_tokens_are_masked_as_recorded_and_taught_to_the_student(tiny):
-    base, renderer, store, _ = tiny
-    record_opened_turn(store, base, renderer, "o0", QUESTIONS[0], [500, 2], 1)
-    ex = Example.from_row(store.trainable_turns(4)[0])
-    assert ex.forced == 2 and ex.sample().loss_mask == [0, 0, 1, 1]  # as served: not the policy's choice
-    student, why = student_example(ex, renderer=renderer, policy=TorchScorer.of(base, [2]))
-    assert why is None and student.sample().loss_mask == [1, 1, 1, 1]  # without the memory: what it learns to say
-    assert student.verdict_weights == [1.0] * 4
-
-
-def first_token_logprob(model, renderer, question: str, token: int) -> float:
-    prompt = renderer.render([{"role": "user", "content": question}], [])
-    with torch.no_grad():
-        return float(torch.log_softmax(model(input_ids=torch.tensor([prompt])).logits[0, -1].float(), -1)[token])
-
-
-def test_approved_answers_with_the_memorys_opening_teach_the_weights_to_open_with_it(tiny):
-    """Binary RL, +1 answers whose opening the memory gave: the model without the memory opens with it more, on
-    questions it was not trained on. Weighted by the student's probability of the opening (as a -1 is), it would
-    not move: the student never says it."""
+@pytest.mark.parametrize("method", ["binary", "combine"])
+def test_the_opening_the_memory_gave_is_never_trained_the_rest_of_the_answer_is(tiny, method):
+    """As recorded and as the student without the memory, the given tokens carry no loss: they were not the policy's
+    choice, and taught as an approved answer's tokens they broke smollm2's first token; the sampled rest trains."""
     base, renderer, store, run = tiny
-    for i, q in enumerate(QUESTIONS * 2):
-        record_opened_turn(store, base, renderer, f"o{i}", f"{q} ({i})", [500 + i, 2], 1)
-    held_out = ["What is the tallest mountain?", "Name a river."]
-    before = [first_token_logprob(base, renderer, q, OPENING[0]) for q in held_out]
-    trainer = trainer_for(base, store, run, renderer, method="binary", lr=1e-2)
-    steps = [trainer.step() for _ in range(2)]
-    assert all(m and m["memory_turns"] == 4 and m["memory_weight_mean"] == 1.0 for m in steps), steps
-    after = [first_token_logprob(trainer.model, renderer, q, OPENING[0]) for q in held_out]
-    assert all(a > b + 0.4 for a, b in zip(after, before)), (before, after)  # measured +0.7; importance-weighted +0.03
+    for i, q in enumerate(QUESTIONS):
+        record_opened_turn(store, base, renderer, f"o{i}", q, [500 + i, 600, 2], 1)
+    ex = Example.from_row(store.trainable_turns(4)[0])
+    assert ex.forced == 2 and ex.sample().loss_mask == [0, 0, 1, 1, 1]
+    trainer = trainer_for(base, store, run, renderer, method=method, lr=1e-2)
+    candidates, _ = select([Example.from_row(r) for r in store.trainable_turns(8)], trainer.config.method, 0)
+    prepared = trainer.pipeline.prepare(candidates, 4, 4, 0)
+    assert len(prepared.taken) == 4 and prepared.metrics["memory_turns"] == 4
+    assert all(ex.prompt_ids == renderer.render([{"role": "user", "content": q}], [])
+               for ex, q in zip(prepared.taken, QUESTIONS))  # trained without the memory
+    assert [s.loss_mask for s in prepared.samples] == [[0, 0, 1, 1, 1]] * 4
+    assert trainer.step()

@@ -99,14 +99,15 @@ class Example:
         """The example as a Slime ``Sample``: the recorded tokens and log-probs, its verdict as the reward,
         the teacher's log-probs (and top-k) when it has them, the temperature it was sampled at, whether
         it was cut at the token limit (``status``), and a memory turn's verdict weights (``verdict_weights``).
-        Tokens the memory gave (``forced``) are not the policy's choice where the turn trains with its memory: they are
-        masked out then; trained without it (``learning/memory.py``), they are what the student learns to say."""
+        Tokens the memory gave (``forced``: its opening) carry no loss, with the memory or without it (the student,
+        ``learning/memory.py``): they were not the policy's choice, and taught as an approved answer's tokens they broke
+        smollm2's first token (answers opened "Россlа", "El Perú": docs/learning.md); the rest of the answer trains."""
         t = self.teaching
-        given = self.forced if self.verdict_weights is None else 0
         return Sample(
             tokens=self.prompt_ids + self.response_ids, response_length=len(self.response_ids),
             status=Sample.Status.TRUNCATED if self.finish_reason == "length" else Sample.Status.COMPLETED,
-            loss_mask=[0] * given + [1] * (len(self.response_ids) - given), rollout_log_probs=list(self.rollout_logprobs),
+            loss_mask=[0] * self.forced + [1] * (len(self.response_ids) - self.forced),
+            rollout_log_probs=list(self.rollout_logprobs),
             teacher_log_probs=list(t.logprobs) if t else None, reward=float(self.verdict), session_id=self.session_id,
             metadata={"session_id": self.session_id, "turn": self.turn, "user": self.user,
                       "teacher_topk": t.topk if t else None, "policy_version": self.policy_version,

@@ -12,14 +12,10 @@ is trained as context distillation (Snell et al. 2022), the memory learned into 
 - pi_old is the policy's log-probs of the response after that prompt (``Scorer.logprobs``, at the
   turn's sampling temperature), so the PPO ratio starts at 1 and the teacher gap is what the memory
   adds;
-- the response was sampled with the memory, from another distribution than the student's, so a -1's
+- the response was sampled with the memory, from another distribution than the student's, so its
   **verdict term** is weighted per token by the truncated importance weight
-  ``min(pi_old / recorded, WEIGHT_CAP)`` (``Example.verdict_weights``): the student is not pushed off tokens it
-  would hardly say. A +1's is not: an answer the user approved, sampled with the memory, is a demonstration of
-  what the student should say without it (Snell et al.'s context distillation trains on exactly those), and
-  weighted by the student's own probability the tokens it would not yet say ("So," at p 0.0002) would teach
-  nothing. The teacher term is a per-token target and is not weighted. The memory's opening (``Example.forced``:
-  given, log-prob 0 as served) is part of the student's response like the rest;
+  ``min(pi_old / recorded, WEIGHT_CAP)`` (``Example.verdict_weights``; the teacher term is a per-token target
+  and is not weighted);
 - the **teacher** (``Pipeline.teach``) is the frozen base shown the memory's preferences, and the turn's
   own hint, as the hint block the teacher follows best (``learning/teacher.py``; the same teacher as
   preference replay), so every turn served with the memory distills it, hinted or not.
@@ -52,9 +48,6 @@ def student_example(ex: Example, *, renderer, policy: Scorer) -> tuple[Example, 
         return ex, "the memory block is not in the recorded prompt as served (cut to fit the context?)"
     prompt = r.render(renderer, messages)
     old = policy.logprobs(prompt, ex.response_ids, scoring_temperature(ex.temperature))
-    if ex.verdict > 0:  # a demonstration (module docstring)
-        weights = [1.0] * len(old)
-    else:
-        weights = [math.exp(min(o - s, math.log(WEIGHT_CAP))) for o, s in zip(old, ex.rollout_logprobs)]
+    weights = [math.exp(min(o - s, math.log(WEIGHT_CAP))) for o, s in zip(old, ex.rollout_logprobs)]
     return dataclasses.replace(ex, prompt_ids=prompt, rollout_logprobs=old, verdict_weights=weights,
                                request=dataclasses.replace(r, messages=messages)), None
