@@ -133,6 +133,7 @@ def teacher_check_line(c: dict[str, Any]) -> str:
 
 def cmd_memory(args: argparse.Namespace) -> int:
     """``memory list|forget|clear``: each user's preferences, as the preference memory serves them."""
+    from slime_ext.chat.memory import opening
     from slime_ext.store import DB_NAME, Store
 
     if not (Path(args.run_dir) / DB_NAME).exists():
@@ -150,6 +151,9 @@ def cmd_memory(args: argparse.Namespace) -> int:
                 print(f"{name}: {len(prefs)} preference{'s' if len(prefs) != 1 else ''}")
                 for p in prefs:
                     print(f"  [{p['id']}] {preference_line(p)}")
+                said = opening([p["hint"] for p in prefs if p["standing"]])
+                if said:
+                    print(f"  answers open with {said!r} (serve --memory-opening on, the default)")
             return 0
         if args.user is None:
             print(f"openclaw-rl memory {args.action}: name the user with --user NAME ('-' for requests without "

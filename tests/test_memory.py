@@ -357,6 +357,13 @@ def test_an_opening_the_user_quoted_is_the_answers_first_words_and_recorded_as_g
     stream = OpenAI(base_url=opened.url, api_key="dk", max_retries=0).chat.completions.create(
         model="m", messages=messages, max_tokens=8, stream=True)
     assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices).startswith(OPENER)
+    # and the user can see why: GET /v1/memory and `memory list` name the opening
+    listing = json.loads(urllib.request.urlopen(urllib.request.Request(
+        opened.url + "/memory", headers={"Authorization": "Bearer dk"}), timeout=30).read())
+    assert listing["opening"] == OPENER
+    alice = json.loads(urllib.request.urlopen(urllib.request.Request(
+        opened.url + "/memory", headers={"Authorization": "Bearer ak"}), timeout=30).read())
+    assert alice["opening"] is None
 
 
 @pytest.mark.parametrize("case", ["another user", "memory off for the request", "tools", "no room"])
@@ -384,3 +391,16 @@ def test_memory_opening_off_leaves_it_to_the_memory_block(make_server, tmp_path,
     out = ask(srv, "dk", [{"role": "user", "content": "Name a color."}])
     turn = recorded(srv, out["id"])
     assert OPENER in renderer.tokenizer.decode(turn["prompt_token_ids"]) and "forced_tokens" not in turn["sampling"]
+
+
+def test_memory_list_names_the_opening_a_users_answers_get(tmp_path, capsys):
+    from slime_ext.cli import main as cli_main
+
+    seed(tmp_path / "run")
+    store = Store(tmp_path / "run")
+    add_turn(store, "dave-1", "dave")
+    judge(store, "dave-1", f'Start every answer with "{OPENER}".')
+    store.close()
+    assert cli_main(["memory", "list", "--run-dir", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("answers open with") == 1 and f"answers open with {OPENER!r}" in out.split("dave:")[1]

@@ -365,8 +365,11 @@ class ChatServer:
         """``GET /v1/memory``: the caller's own preferences; ``applied`` marks what the memory serves them with."""
         user = self._user(request, request.query.get("user"))
         prefs = await self.store.run(self.store.preferences, user)
-        applied = set(self._fit_memory([p["hint"] for p in prefs if p["standing"]])) if self.settings.memory else set()
+        served = self._fit_memory([p["hint"] for p in prefs if p["standing"]]) if self.settings.memory else []
+        applied = set(served)
         return web.json_response({"object": "list", "user": user, "memory": "on" if self.settings.memory else "off",
+                                  # the words the caller's answers open with (chat/memory.py: opening), or null
+                                  "opening": opening(served) if self.settings.memory_opening else None,
                                   "data": [{"id": p["id"], "hint": p["hint"], "standing": p["standing"],
                                             "applied": p["hint"] in applied, "times": p["times"],
                                             # False: stored and served, but the model does not follow it yet
