@@ -5,7 +5,7 @@ Written from SGLang's documented request/response format (``python/sglang/srt/en
 http_server.py``, ``managers/tokenizer_manager.py``, ``io_struct.py``):
 
 - ``POST /generate``: ``input_ids``, ``sampling_params`` (``temperature``, ``top_p``, ``top_k``
-  = 1 only, ``max_new_tokens``, ``stop_token_ids``, ``sampling_seed``), ``return_logprob``,
+  = 1 only, ``max_new_tokens``, ``stop_token_ids``, ``min_new_tokens``, ``sampling_seed``), ``return_logprob``,
   ``logprob_start_len``, ``stream``, ``rid``. Streaming sends ``data: {json}`` chunks with
   cumulative ``meta_info.output_token_logprobs`` ``[[logprob, token_id, None], ...]``,
   ``completion_tokens``, ``prompt_tokens``, ``weight_version`` (the server's, as a string, when
@@ -305,7 +305,8 @@ class FakeSGLangServer:
         temperature = float(sp.get("temperature", 1.0))
         top_p = 0.0 if sp.get("top_k") == 1 else float(sp.get("top_p", 1.0))
         sampling = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=max_new,
-                                  seed=sp.get("sampling_seed"), stop_token_ids=tuple(sp.get("stop_token_ids") or ()))
+                                  seed=sp.get("sampling_seed"), stop_token_ids=tuple(sp.get("stop_token_ids") or ()),
+                                  min_new_tokens=int(sp.get("min_new_tokens", 0)))
         run = _Running(rid)
         self.running[rid] = run
         self._idle.clear()

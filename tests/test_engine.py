@@ -73,6 +73,20 @@ async def test_stop_tokens_and_max_tokens(engine):
     assert len(await run(engine, p, max_new_tokens=7)) == 7
 
 
+async def test_min_new_tokens_samples_no_stop_token_before_them_and_records_that_distribution(engine):
+    """The memory's opening is never the whole answer (api/server.py): the first sampled token is not a stop token,
+    and its recorded log-prob is under the distribution without them, renormalized."""
+    (p,) = prompts(1)
+    first = (await run(engine, p, temperature=0.0, max_new_tokens=1))[0]
+    out = await run(engine, p, temperature=0.0, stop_token_ids=(first.token_id,), min_new_tokens=1, max_new_tokens=3)
+    assert out[0].token_id != first.token_id and len(out) == 3
+    full = torch.log_softmax(engine.model(input_ids=torch.tensor([p])).logits[0, -1].float(), -1)
+    without = full[out[0].token_id] - torch.log1p(-full[first.token_id].exp())
+    assert out[0].logprob == pytest.approx(float(without), abs=1e-4) and out[0].logprob > float(full[out[0].token_id])
+    sampled = await run(engine, p, temperature=1.0, seed=3, stop_token_ids=(first.token_id,), min_new_tokens=2)
+    assert first.token_id not in [t.token_id for t in sampled[:2]]
+
+
 async def test_closing_the_stream_cancels_and_frees_the_row(engine):
     (p,) = prompts(1)
     gen = engine.generate(p, SamplingParams(max_new_tokens=10_000))

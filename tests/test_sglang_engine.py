@@ -137,6 +137,9 @@ async def test_stop_ids_and_max_tokens_are_honoured(make_server, make_engine):
     assert [t.token_id for t in out] == [t.token_id for t in greedy[: [t.token_id for t in greedy].index(stop) + 1]]
     assert srv.requests[-1]["sampling_params"]["stop_token_ids"] == [stop, 99999]
     assert len(await collect(eng, p, max_new_tokens=7)) == 7
+    first = greedy[0].token_id  # a request that may not stop yet does not stop on its first token
+    out = await collect(eng, p, temperature=0.0, stop_token_ids=(first,), min_new_tokens=1, max_new_tokens=3)
+    assert out[0].token_id != first and srv.requests[-1]["sampling_params"]["min_new_tokens"] == 1
 
 
 async def test_context_length_is_read_from_the_server_and_respected(make_server, make_engine):

@@ -571,8 +571,9 @@ class _Generation:
         # where tools are on or the prompt opened <think>; and at least one token is left to sample)
         forced = server.tokenizer.encode(opening, add_special_tokens=False) if opening else []
         self.forced = forced if forced and not tools_on and not opened and len(forced) < sampling.max_new_tokens else []
-        if self.forced:
-            self.sampling = dataclasses.replace(sampling, max_new_tokens=sampling.max_new_tokens - len(self.forced))
+        if self.forced:  # and the opening is never the whole answer: one sampled token at least is not a stop
+            self.sampling = dataclasses.replace(sampling, max_new_tokens=sampling.max_new_tokens - len(self.forced),
+                                                min_new_tokens=1)
 
     async def events(self):
         """Yield parser events as tokens arrive; stops the engine early on a stop string."""

@@ -4,9 +4,10 @@ A standing preference is an accepted hint the user stated as one ("from now on .
 ``preference`` rule on a message the *user* wrote; a tool result, a page or a file never makes one),
 kept per user in the store's ``preferences`` table. With ``serve --memory on`` (the default), each
 request of that user is served with them where ``--memory-placement`` says (``with_memory``: by default
-a block at the end of its system message, a system message added first when the request has none); the
-request header ``X-OpenClaw-RL-Memory: off`` serves one request
-without it. The turn records the messages and prompt ids the model saw, and the preferences applied
+a block at the end of its system message, a system message added first when the request has none), and
+an opening the user quoted (``opening``) is given as the answer's first tokens (``--memory-opening``, in
+the server); the request header ``X-OpenClaw-RL-Memory: off`` serves one request without either. The
+turn records the messages and prompt ids the model saw, and the preferences applied
 (``Turn.memory``), so a trainer can rebuild the prompt without them (``without_memory``: context
 distillation, ``learning/memory.py``).
 

@@ -32,6 +32,7 @@ class SamplingParams:
     max_new_tokens: int = 256
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = field(default_factory=tuple)
+    min_new_tokens: int = 0  # no stop token is sampled before this many new tokens (renormalized without them)
     # Sample from the frozen base weights (the trained LoRA adapter disabled), for the ``self``
     # judge. An engine whose base weights were replaced by a full-weight update refuses it.
     frozen_base: bool = False

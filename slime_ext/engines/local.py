@@ -46,7 +46,7 @@ from slime_ext.engines.base import EngineError, SamplingParams, TokenOut
 from slime_ext.engines.decode import lean_decoder
 from slime_ext.engines.packed import PackedLinears, head_logits, pack_weight, packing_available
 from slime_ext.engines.prefix_cache import PrefixCache
-from slime_ext.engines.sampling import sample_token
+from slime_ext.engines.sampling import sample_token, without_tokens
 from slime_ext.logprobs import log_distributions, output_logits, target_logprobs
 
 log = logging.getLogger(__name__)
@@ -498,14 +498,17 @@ class LocalEngine:
                 items.append((req, _END))
                 keep.append(False)
                 continue
+            row = logp[i]
+            if req.generated < req.sampling.min_new_tokens and req.sampling.stop_token_ids:
+                row = without_tokens(row, req.sampling.stop_token_ids)
             try:
-                token = sample_token(logp[i], req.sampling.temperature, req.sampling.top_p, req.generator)
+                token = sample_token(row, req.sampling.temperature, req.sampling.top_p, req.generator)
             except Exception as exc:
                 log.exception("request %d: sampling failed", req.id)
                 items.append((req, EngineError(f"sampling failed: {exc}")))
                 keep.append(False)
                 continue
-            items.append((req, TokenOut(token, float(logp[i, token]), version)))
+            items.append((req, TokenOut(token, float(row[token]), version)))
             req.generated += 1
             req.last_token = token
             req.position += 1

@@ -4,7 +4,7 @@ With Slime, SGLang serves the policy and Slime syncs its weights; this client is
 server, judges and hooks talk to it. What it uses of SGLang (all in SGLang's ``http_server.py``):
 
 - ``POST /generate`` with ``input_ids``, ``sampling_params`` (``temperature``, ``top_p``,
-  ``max_new_tokens``, ``stop_token_ids``, ``sampling_seed``, ``no_stop_trim``), ``stream: true``
+  ``max_new_tokens``, ``stop_token_ids``, ``min_new_tokens``, ``sampling_seed``, ``no_stop_trim``), ``stream: true``
   and ``return_logprob: true``. Each SSE chunk (``data: {...}``, ended by ``data: [DONE]``) has
   ``meta_info.output_token_logprobs`` = ``[[logprob, token_id, text], ...]``, cumulative over the
   request (a chunk may also be incremental: ``meta_info.completion_tokens`` tells them apart),
@@ -198,7 +198,7 @@ class SGLangEngine:
             adapter = None if sampling.frozen_base else self._adapter  # frozen base: the weights without one
             payload = {
                 "input_ids": prompt + produced,
-                "sampling_params": self._sampling_params(sampling, budget - len(produced)),
+                "sampling_params": self._sampling_params(sampling, budget - len(produced), len(produced)),
                 "return_logprob": True,
                 "stream": True,
                 **({"image_data": image_data} if image_data else {}),
@@ -299,7 +299,7 @@ class SGLangEngine:
 
     # ------------------------------------------------------------------ internals
     @staticmethod
-    def _sampling_params(sampling: SamplingParams, max_new_tokens: int) -> dict[str, Any]:
+    def _sampling_params(sampling: SamplingParams, max_new_tokens: int, produced: int = 0) -> dict[str, Any]:
         params: dict[str, Any] = {
             "temperature": max(0.0, float(sampling.temperature)),  # 0: greedy
             "top_p": float(sampling.top_p) if sampling.top_p > 0 else 1.0,
@@ -310,6 +310,8 @@ class SGLangEngine:
             params["top_k"] = 1
         if sampling.stop_token_ids:
             params["stop_token_ids"] = [int(t) for t in sampling.stop_token_ids]
+        if sampling.min_new_tokens > produced:  # resumed after a pause: what is still owed
+            params["min_new_tokens"] = int(sampling.min_new_tokens - produced)
         if sampling.seed is not None:
             params["sampling_seed"] = int(sampling.seed)  # honoured with --enable-deterministic-inference
         return params
