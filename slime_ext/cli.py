@@ -94,6 +94,10 @@ def cmd_records(args: argparse.Namespace) -> int:
             print(f"  turn {t['index']} [{kind}] v{t['policy_version']} {len(t['prompt_token_ids'])}+{len(t['response_token_ids'])} tokens "
                   f"{t['finish_reason']}: {text[:70]!r}")
             print(f"      why: {t['reason']}")
+            if t.get("memory"):  # served with the preference memory (chat/memory.py), and its opening given
+                given = (t.get("sampling") or {}).get("forced_tokens")
+                print(f"      memory: {len(t['memory'])} preference{'s' if len(t['memory']) != 1 else ''}"
+                      + (f"; its first {given} tokens given (the opening the user asked for)" if given else ""))
             if t["next_state"] is not None:
                 print(f"      next state ({t['next_state_role']}): {t['next_state'][:70]!r}")
             if t["verdict"] is not None:

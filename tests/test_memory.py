@@ -339,7 +339,7 @@ def ask(s: ServerProcess, key: str, messages: list[dict], max_tokens: int = 8, *
     return client.chat.completions.create(model="m", messages=messages, max_tokens=max_tokens, **fields).model_dump()
 
 
-def test_an_opening_the_user_quoted_is_the_answers_first_words_and_recorded_as_given(opened, renderer):
+def test_an_opening_the_user_quoted_is_the_answers_first_words_and_recorded_as_given(opened, renderer, capsys):
     messages = [{"role": "user", "content": "Name a color."}]
     out = ask(opened, "dk", messages)
     assert out["choices"][0]["message"]["content"].startswith(OPENER), out
@@ -364,6 +364,10 @@ def test_an_opening_the_user_quoted_is_the_answers_first_words_and_recorded_as_g
     alice = json.loads(urllib.request.urlopen(urllib.request.Request(
         opened.url + "/memory", headers={"Authorization": "Bearer ak"}), timeout=30).read())
     assert alice["opening"] is None
+    from slime_ext.cli import main as cli_main
+
+    assert cli_main(["records", "--run-dir", str(opened.run_dir)]) == 0
+    assert f"memory: 1 preference; its first {len(given)} tokens given" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("case", ["another user", "memory off for the request", "tools", "no room"])
