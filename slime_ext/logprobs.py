@@ -56,6 +56,14 @@ def log_distributions(logits: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits.float(), dim=-1)
 
 
+def without_tokens(logp: torch.Tensor, ids: Sequence[int]) -> torch.Tensor:
+    """``logp`` (1-D log-probs) renormalized over every token but ``ids``: the distribution a request that may not
+    stop yet samples from (``SamplingParams.min_new_tokens``), and whose log-prob its token records."""
+    out = logp.clone()
+    out[list(ids)] = float("-inf")
+    return log_distributions(out)
+
+
 def target_logprobs(hidden: torch.Tensor, head_fp32: torch.Tensor, targets: torch.Tensor,
                     temperature: float = 1.0) -> torch.Tensor:
     """``log p_T(targets[i] | position i)`` for hidden states ``[N, H]`` and target ids ``[N]``."""

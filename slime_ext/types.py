@@ -88,6 +88,7 @@ class TopkSupport(Choice):
     TEACHER = "teacher"
     STUDENT = "student"
     OVERLAP = "overlap"
+    AUTO = "auto"  # the distill kind's own (learning/settings.py: LearningConfig.distill_support)
 
 
 class VerdictCredit(Choice):

@@ -38,8 +38,9 @@ def hinted(tmp_path):
 
 def trainer_for(hinted, **overrides):
     base, store, renderer, run = hinted
+    # topk_select's own defaults: upstream's K 4 over the student's top-K, clip 1.0, 3 candidates
     settings = dict(method="opd", batch_size=N_TURNS, lr=1e-3, lora_rank=8, lora_alpha=16, distill="topk_select",
-                    topk=4, topk_support="student", hint_m=3, opd_clip=1.0, teacher_check=TRAIN_ANYWAY)
+                    teacher_check=TRAIN_ANYWAY)
     cfg = TrainerConfig(**{**settings, **overrides})
     return OnlineTrainer(wrap_lora(base, cfg), store, run, cfg, renderer=renderer)
 
@@ -88,11 +89,30 @@ def test_candidate_hints_rule():
     ({"distill": "topk", "topk_support": "overlap"}, "need distill topk_select"),
     ({"distill": "topk_select", "method": "binary"}, "topk_select needs method opd or combine"),
     ({"distill": "topk_select", "topk_select_rule": "longest"}, "topk_select_rule 'longest'"),
-    ({"distill": "topk_select", "hint_m": 0}, "hint_m must be >= 1"),
+    ({"distill": "topk_select", "hint_m": -1}, "hint_m must be >= 1"),
+    ({"topk": -1}, "topk must be >= 0"),
+    ({"opd_clip": -1.0}, "opd_clip > 0"),
 ])
 def test_bad_topk_select_settings_are_refused_by_name(overrides, match):
     with pytest.raises(ValueError, match=match):
         TrainerConfig(**overrides).validate()
+
+
+def test_topk_select_defaults_are_upstreams_recipe_and_the_other_kinds_keep_theirs():
+    """Issue 28, item 5: upstream's run_qwen3_4b_openclaw_topk_select.sh runs K 4 over the student's top-K, clip 1.0,
+    3 candidate hints; a setting given explicitly wins."""
+    from slime_ext.types import TopkSupport
+
+    def resolved(**kw):
+        cfg = TrainerConfig(**kw)
+        cfg.validate()
+        return cfg.distill_topk, cfg.distill_support, cfg.distill_clip, cfg.hint_candidates
+
+    assert resolved(distill="topk_select") == (4, TopkSupport.STUDENT, 1.0, 3)
+    assert resolved(distill="topk_select_token") == (20, TopkSupport.TEACHER, 1.0, 1)
+    assert resolved() == resolved(distill="forward_kl") == (20, TopkSupport.TEACHER, 5.0, 1)
+    assert resolved(distill="topk_select", topk=8, topk_support="overlap", opd_clip=2.0, hint_m=2) == \
+        (8, TopkSupport.OVERLAP, 2.0, 2)
 
 
 def test_serve_flags_map_onto_the_trainer():
@@ -105,7 +125,7 @@ def test_serve_flags_map_onto_the_trainer():
     assert (t.distill, t.hint_m, t.topk_select_rule, t.topk_support, t.topk, t.opd_clip) == \
         ("topk_select", 3, "token_optimal", "overlap", 4, 1.0)
     d = ServeConfig().trainer_config()
-    assert (d.distill, d.hint_m) == ("token", 1)  # opt-in
+    assert (d.distill, d.hint_candidates, d.distill_topk, d.distill_clip) == ("token", 1, 20, 5.0)  # opt-in
     with pytest.raises(ValueError, match="need distill topk_select"):
         ServeConfig(hint_m=2).validated()
 

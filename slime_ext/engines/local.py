@@ -46,8 +46,8 @@ from slime_ext.engines.base import EngineError, SamplingParams, TokenOut
 from slime_ext.engines.decode import lean_decoder
 from slime_ext.engines.packed import PackedLinears, head_logits, pack_weight, packing_available
 from slime_ext.engines.prefix_cache import PrefixCache
-from slime_ext.engines.sampling import sample_token, without_tokens
-from slime_ext.logprobs import log_distributions, output_logits, target_logprobs
+from slime_ext.engines.sampling import sample_token
+from slime_ext.logprobs import log_distributions, output_logits, target_logprobs, without_tokens
 
 log = logging.getLogger(__name__)
 

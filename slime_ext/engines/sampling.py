@@ -51,10 +51,3 @@ def sample_token(logp: torch.Tensor, temperature: float, top_p: float, generator
         return int(ids[draw(p, u)])
     return draw(probs, u)
 
-
-def without_tokens(logp: torch.Tensor, ids: tuple[int, ...]) -> torch.Tensor:
-    """``logp`` (1-D log-probs) renormalized over every token but ``ids``: the distribution a request that may not
-    stop yet samples from (``SamplingParams.min_new_tokens``), and whose log-prob its token records."""
-    out = logp.clone()
-    out[list(ids)] = float("-inf")
-    return torch.log_softmax(out, -1)

@@ -60,11 +60,11 @@ class Objective:
 
     @classmethod
     def of(cls, cfg: LearningConfig) -> Objective:
-        weights = AdvantageWeights.for_method(cfg.method, cfg.w_rl, cfg.w_opd, cfg.opd_clip, cfg.verdict_credit)
+        weights = AdvantageWeights.for_method(cfg.method, cfg.w_rl, cfg.w_opd, cfg.distill_clip, cfg.verdict_credit)
         loss = PolicyLossConfig(kl_coef=cfg.kl_coef, tis_cap=cfg.tis_cap or None)
         if cfg.distill.per_token:
             return cls(weights, cfg.distill, loss)
-        return cls(dataclasses.replace(weights, w_opd=0.0), cfg.distill, loss, topk_coef=weights.w_opd, topk=cfg.topk,
+        return cls(dataclasses.replace(weights, w_opd=0.0), cfg.distill, loss, topk_coef=weights.w_opd, topk=cfg.distill_topk,
                    divergence=cfg.distill.divergence, beta=cfg.jsd_beta)
 
     @property

@@ -81,8 +81,8 @@ class Pipeline:
         self.policy = policy
         self.teacher = teacher
         self.context = context
-        self.term = TeacherTerm(config.distill, config.topk, config.topk_support, config.topk_select_rule,
-                                config.opd_clip)
+        self.term = TeacherTerm(config.distill, config.distill_topk, config.distill_support, config.topk_select_rule,
+                                config.distill_clip)
         self.checker = TeacherChecker(config.teacher_check, renderer.tokenizer) if renderer is not None else None
 
     def prepare(self, candidates: list[Example], size: int, minimum: int, version: int) -> Prepared:
@@ -154,8 +154,8 @@ class Pipeline:
 
     def candidate_hints(self, ex: Example) -> list[str]:
         """``distill: topk_select``: the accepted hint first, then the other hint votes' (``hint_m`` at most)."""
-        texts = self.store.hint_vote_texts(ex.session_id, ex.turn) if self.config.hint_m > 1 else []
-        return candidate_hints(ex.hint, [parse_hint(t) for t in texts], self.config.hint_m)
+        texts = self.store.hint_vote_texts(ex.session_id, ex.turn) if self.config.hint_candidates > 1 else []
+        return candidate_hints(ex.hint, [parse_hint(t) for t in texts], self.config.hint_candidates)
 
     def check(self, ex: Example, out: Prepared) -> tuple[Example, str | None]:
         """Does the hinted teacher follow the example's hint; an unfollowed one loses its teacher term

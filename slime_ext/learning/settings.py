@@ -208,9 +208,9 @@ class LearningConfig:
                                               "PPO-clipped top-k OPD with --opd-clip as its clip; or topk_select_token, "
                                               "its reduction to the sampled token: the teacher term PPO-clipped on "
                                               "its own and added to the verdict's loss", group=DISTILLATION)
-    hint_m: int = setting(1, "--distill topk_select: candidate hints per turn from the hint judge's votes (the "
-                             "heuristic casts one vote: one candidate)", group=DISTILLATION, drivers=EMBEDDED,
-                          slime=_TOPK_SLIME)
+    hint_m: int = setting(0, "--distill topk_select: candidate hints per turn from the hint judge's votes (the "
+                             "heuristic casts one vote: one candidate); 0: the kind's own (topk_select: 3, "
+                             "upstream's)", group=DISTILLATION, drivers=EMBEDDED, slime=_TOPK_SLIME)
     topk_select_rule: SelectRule = setting(SelectRule.SEQUENCE_OPTIMAL,
                                            "--distill topk_select: the candidate that teaches: the shortest, the best "
                                            "top-k overlap per position, or over the response", group=DISTILLATION,
@@ -226,15 +226,41 @@ class LearningConfig:
                                slime="context distillation (sft_coef) runs on the embedded backend")
     teacher_check: TeacherCheckConfig = section(TeacherCheckConfig)
     replay: ReplayConfig = section(ReplayConfig)
-    topk: int = setting(20, "k of --distill topk", group=DISTILLATION, drivers=EMBEDDED, slime=_TOPK_SLIME)
-    topk_support: TopkSupport = setting(TopkSupport.TEACHER, "--distill topk over the teacher's top-k tokens or the "
-                                                             "student's (topk_select: or their overlap)",
+    topk: int = setting(0, "k of the top-k distillation kinds; 0: the kind's own (topk_select: 4, upstream's; the "
+                           "others 20)", group=DISTILLATION, drivers=EMBEDDED, slime=_TOPK_SLIME)
+    topk_support: TopkSupport = setting(TopkSupport.AUTO, "whose top-k tokens the distillation runs over: the "
+                                                          "teacher's, the student's (topk_select: or their overlap); "
+                                                          "auto: the kind's own (topk_select: student, upstream's; "
+                                                          "the others teacher)",
                                         group=DISTILLATION, drivers=EMBEDDED, slime=_TOPK_SLIME)
-    opd_clip: float = setting(5.0, "bound on the per-token teacher - rollout log-prob gap", group=DISTILLATION)
+    opd_clip: float = setting(0.0, "bound on the per-token teacher - rollout log-prob gap; 0: the kind's own "
+                                   "(topk_select and topk_select_token: 1.0, upstream's; the others 5)",
+                              group=DISTILLATION)
     verdict_credit: VerdictCredit = setting(VerdictCredit.UNIFORM, "where a -1 verdict lands on a turn the teacher "
                                                                    "scored: every token (uniform), or where the hinted "
                                                                    "teacher disagrees with the answer (teacher)",
                                             group=DISTILLATION)
+
+    # the distillation settings whose default is the kind's own (0 / auto): upstream's recipe for topk_select
+    # (run_qwen3_4b_openclaw_topk_select.sh: K 4, the student's support, clip 1.0, MAX_CAND 3), and what the other
+    # kinds were measured with here
+    @property
+    def distill_topk(self) -> int:
+        return self.topk or (4 if self.distill is Distill.TOPK_SELECT else 20)
+
+    @property
+    def distill_support(self) -> TopkSupport:
+        if self.topk_support is not TopkSupport.AUTO:
+            return self.topk_support
+        return TopkSupport.STUDENT if self.distill is Distill.TOPK_SELECT else TopkSupport.TEACHER
+
+    @property
+    def distill_clip(self) -> float:
+        return self.opd_clip or (1.0 if self.distill in (Distill.TOPK_SELECT, Distill.TOPK_SELECT_TOKEN) else 5.0)
+
+    @property
+    def hint_candidates(self) -> int:
+        return self.hint_m or (3 if self.distill is Distill.TOPK_SELECT else 1)
 
     @property
     def learns(self) -> bool:
@@ -243,10 +269,11 @@ class LearningConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming the setting that cannot work (``method`` may be none: serving only)."""
-        if self.topk < 1 or self.batch_size < 1:
-            raise ValueError(f"topk and batch_size must be at least 1, got {self.topk} and {self.batch_size}")
-        if self.w_rl < 0 or self.w_opd < 0 or self.opd_clip <= 0:
-            raise ValueError("w_rl and w_opd must be >= 0 and opd_clip > 0")
+        if self.topk < 0 or self.batch_size < 1:
+            raise ValueError(f"topk must be >= 0 (0: the distill kind's own) and batch_size >= 1, got {self.topk} "
+                             f"and {self.batch_size}")
+        if self.w_rl < 0 or self.w_opd < 0 or self.opd_clip < 0:
+            raise ValueError("w_rl and w_opd must be >= 0, and opd_clip > 0 (0: the distill kind's own)")
         if self.lora_rank < 0 or self.max_staleness < 0 or self.lr <= 0:
             raise ValueError("lora_rank and max_staleness must be >= 0 and lr > 0")
         if self.kl_coef < 0 or self.tis_cap < 0:
@@ -266,8 +293,8 @@ class LearningConfig:
 
     def _validate_topk_select(self) -> None:
         """The settings only ``distill: topk_select`` uses (``hint_m``, ``topk_select_rule``, support ``overlap``)."""
-        if self.hint_m < 1:
-            raise ValueError(f"hint_m must be >= 1; got {self.hint_m}")
+        if self.hint_m < 0:
+            raise ValueError(f"hint_m must be >= 1 (0: the distill kind's own); got {self.hint_m}")
         if self.distill is not Distill.TOPK_SELECT and (self.hint_m > 1 or self.topk_support is TopkSupport.OVERLAP):
             raise ValueError(f"hint_m > 1 and topk_support overlap need distill topk_select (distill is {self.distill})")
         if self.distill in (Distill.TOPK_SELECT, Distill.TOPK_SELECT_TOKEN) and not self.method.uses_hints:
