@@ -339,8 +339,16 @@ def ask(s: ServerProcess, key: str, messages: list[dict], max_tokens: int = 8, *
     return client.chat.completions.create(model="m", messages=messages, max_tokens=max_tokens, **fields).model_dump()
 
 
+def generated_tokens(s: ServerProcess) -> float:
+    text = urllib.request.urlopen(urllib.request.Request(s.base + "/metrics", headers={
+        "Authorization": "Bearer dk"}), timeout=30).read().decode()
+    return float(next((line.split()[-1] for line in text.splitlines()
+                       if line.startswith("openclaw_generated_tokens_total ")), 0.0))  # absent before any request
+
+
 def test_an_opening_the_user_quoted_is_the_answers_first_words_and_recorded_as_given(opened, renderer, capsys):
     messages = [{"role": "user", "content": "Name a color."}]
+    before = generated_tokens(opened)
     out = ask(opened, "dk", messages)
     assert out["choices"][0]["message"]["content"].startswith(OPENER), out
     turn = recorded(opened, out["id"])
@@ -351,6 +359,7 @@ def test_an_opening_the_user_quoted_is_the_answers_first_words_and_recorded_as_g
     assert turn["response_logprobs"][:len(given)] == [0.0] * len(given)
     assert turn["sampling"]["forced_tokens"] == len(given) and turn["sampling"]["max_new_tokens"] == 8
     assert out["usage"]["completion_tokens"] == len(turn["response_token_ids"]) <= 8
+    assert generated_tokens(opened) - before == len(turn["response_token_ids"]) - len(given)  # sampled ones only
     # streamed alike
     from openai import OpenAI
 

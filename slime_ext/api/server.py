@@ -648,7 +648,8 @@ class _Generation:
         self.s.tracker.record_reply(self.a, turn.reply_key)
         self.s.metrics.inc("openclaw_turns_recorded_total", help="Turns committed to the store",
                            main_line=str(turn.main_line).lower())
-        self.s.metrics.inc("openclaw_generated_tokens_total", len(self.tokens), help="Response tokens sampled")
+        self.s.metrics.inc("openclaw_generated_tokens_total", len(self.tokens) - len(self.forced),
+                           help="Response tokens sampled (not those the memory gave)")
 
     async def complete(self) -> web.Response:
         try:
