@@ -554,7 +554,8 @@ openclaw_opd_config() {
       openclaw_die "DISTILL=${distill}: on Slime only the token-level teacher terms run (token, topk_select_token); top-k distillation is the embedded backend's"
    openclaw_yaml_num w_rl "$1"
    openclaw_yaml_num w_opd "$2"
-   openclaw_yaml_num opd_clip "${OPD_CLIP:-5.0}"
+   # unset: the distill kind's own clip (learning/settings.py: distill_clip; token 5, topk_select_token 1.0)
+   if [[ -n ${OPD_CLIP:-} ]]; then openclaw_yaml_num opd_clip "$OPD_CLIP"; fi
    openclaw_yaml_str distill "${distill}"
    # The rollout hook scores the hinted prompt through Slime's SGLang engines, i.e. with the current
    # policy (self-distillation); there is no frozen base model to score with on this path.

@@ -266,6 +266,7 @@ def test_dry_run_with_an_external_judge(tmp_path):
     assert (cfg.judge, cfg.judge_url, cfg.judge_model, cfg.judge_key) == ("openai", "https://judge.example/v1",
                                                                           "big-judge", JUDGE_KEY)
     assert (cfg.port, cfg.w_rl, cfg.w_opd) == (31234, 0.5, 2.0)
+    assert "opd_clip" not in data and cfg.distill_clip == 5.0  # OPD_CLIP unset: the distill kind's own
 
 
 def test_dry_run_serving_at_the_models_temperature_trains_at_it(tmp_path):

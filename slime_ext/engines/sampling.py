@@ -50,4 +50,3 @@ def sample_token(logp: torch.Tensor, temperature: float, top_p: float, generator
         ids, p = nucleus(probs, top_p)
         return int(ids[draw(p, u)])
     return draw(probs, u)
-
