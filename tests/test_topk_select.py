@@ -132,6 +132,22 @@ def test_loss_ignores_masked_positions_and_empty_supports():
     assert masked.item() == 0.0
 
 
+def test_loss_is_averaged_over_every_sample_of_the_batch_as_upstream():
+    """A sample without a support (a turn the term does not reach) counts 0 in the mean, as upstream's
+    ``sum_of_sample_mean`` over the batch: the loss of a batch of one taught and one untaught sample is half
+    of the taught sample's alone."""
+    logits = torch.randn(2, 2, 5, generator=torch.Generator().manual_seed(0))
+    ids = torch.tensor([[[0, 1], [2, 3]], [[0, 1], [2, 3]]])
+    in_support = torch.tensor([[[True, True], [True, False]], [[False, False], [False, False]]])
+    old = torch.log_softmax(logits, -1).gather(-1, ids)
+    adv = torch.tensor([[[0.3, -0.1], [0.2, 0.0]], [[0.0, 0.0], [0.0, 0.0]]])
+    mask = torch.ones(2, 2)
+    both, _ = topk_select_loss(logits, SelectedSupport(ids, in_support, adv, old), mask)
+    alone, _ = topk_select_loss(logits[:1], SelectedSupport(ids[:1], in_support[:1], adv[:1], old[:1]), mask[:1])
+    assert alone.item() != 0.0
+    assert both.item() == pytest.approx(alone.item() / 2)
+
+
 def _lp(rows):
     return torch.log(torch.tensor(rows))
 

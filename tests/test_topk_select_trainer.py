@@ -4,13 +4,14 @@ votes, the overlap-guided choice recorded per turn, and the top-K OPD term's gra
 import json
 
 import pytest
+import torch
 
 from slime_ext.judge.hints import candidate_hints
 from slime_ext.judge.prompts import HINT_END, HINT_START
 from slime_ext.learning.settings import TeacherCheckConfig
 from slime_ext.store import Store
 from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, wrap_lora
-from tests.test_trainer_loop import record_hinted, tiny_model_and_renderer
+from tests.test_trainer_loop import record, record_hinted, tiny_model_and_renderer
 
 # the trainer's mechanics, whatever the teacher check says (tiny's random teacher follows no hint; the
 # default, unfollowed hints dropped, would leave nothing to train): trained anyway
@@ -72,6 +73,28 @@ def test_with_groups_the_recorded_response_carries_the_top_k_term_and_fresh_memb
     m = trainer_for(hinted, method="combine", group_size=2, group_max_new_tokens=4, group_temperature=1.0).step()
     assert m["groups"] == N_TURNS and m["fresh_samples"] == N_TURNS and len(m["topk_select"]) == N_TURNS
     assert m["grad_norm"] > 0 and m["topk_select_support_size"] == pytest.approx(4.0)
+
+
+def test_a_turn_without_a_hint_gets_the_top_k_term_against_the_unhinted_teacher(tmp_path):
+    """Upstream's recipe: under Combine a turn judged without a hint (the verdict alone) still gets the top-K term,
+    against the frozen teacher shown the turn's own prompt: where the policy moved from the base, it pulls back."""
+    base, renderer = tiny_model_and_renderer()
+    store = Store(tmp_path / "run")
+    messages = [{"role": "user", "content": "question"}]
+    record(store, base, "plain", renderer.render(messages, []), [500, 600, 700, 2], 1, messages=messages)
+    store.record_verdict("plain", 0, 1, [(1, "test")])
+    cfg = TrainerConfig(method="combine", batch_size=1, lr=1e-3, lora_rank=8, lora_alpha=16, distill="topk_select",
+                        teacher_check=TRAIN_ANYWAY)
+    model = wrap_lora(base, cfg)
+    gen = torch.Generator().manual_seed(0)
+    for name, p in model.named_parameters():  # the policy away from the base, as after earlier steps
+        if "lora_B" in name:
+            p.data.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+    m = OnlineTrainer(model, store, tmp_path / "run", cfg, renderer=renderer).step()
+    assert m["turns"] == 1 and m["hinted_turns"] == 0
+    (rec,) = m["topk_select"]
+    assert rec["candidates"] == [""] and rec["chosen"] == [4]  # the unhinted teacher taught every position
+    assert m["topk_select_abs_advantage"] > 0 and m["topk_select_support_size"] == pytest.approx(4.0)
 
 
 def test_candidate_hints_rule():

@@ -42,11 +42,14 @@ class PolicyLossConfig:
     kl_coef: float = 0.0
 
 
-def masked_sample_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over each row's masked entries, then over rows that have any (0 if none do)."""
+def masked_sample_mean(values: torch.Tensor, mask: torch.Tensor, every_row: bool = False) -> torch.Tensor:
+    """Mean over each row's masked entries, then over rows that have any (0 if none do); ``every_row``: over every
+    row, a row without a masked entry counting 0 (Slime's ``sum_of_sample_mean`` over the whole batch)."""
     mask = mask.to(values.dtype)
     counts = mask.sum(dim=-1)
     per_sample = (values * mask).sum(dim=-1) / counts.clamp(min=1)
+    if every_row:
+        return per_sample.mean()
     has = counts > 0
     if not bool(has.any()):
         return (values * 0).sum()  # keeps the graph: a batch with no trainable token

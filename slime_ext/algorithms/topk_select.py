@@ -26,9 +26,9 @@ response position ``t`` of the recorded response:
 ``select_support`` does all of it for one response from full log-probs (pi_old's and each
 candidate teacher's) and keeps only ``[T, K]`` tensors (``SelectedSupport``: the advantages are
 fixed there, as they are detached); ``topk_select_loss`` is the loss from those and the current
-logits, reduced like ``policy_loss`` (the mean over each sample's trained positions with a
-non-empty ``S_t``, then over samples); the trainer adds ``w_opd`` times it to ``w_rl`` times the
-GRPO loss. Nothing here reads settings.
+logits: the mean over each sample's trained positions with a non-empty ``S_t``, then over every
+sample of the batch, one without a support counting 0 (upstream's ``sum_of_sample_mean`` over the
+batch); the trainer adds ``w_opd`` times it to ``w_rl`` times the GRPO loss. Nothing here reads settings.
 """
 
 from __future__ import annotations
@@ -170,8 +170,8 @@ def topk_select_loss(student_logits: torch.Tensor, support: SelectedSupport, mas
                      eps_low: float = 0.2, eps_high: float = 0.28) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """``(scalar loss, metrics)`` of the top-K OPD term from student logits ``[B, T, V]`` and the
     batch's ``SelectedSupport`` ``[B, T, K]`` (padding: distinct ids, ``in_support`` False).
-    ``mask [B, T]``: trained positions. Reduced like ``policy_loss`` over positions with a non-empty
-    ``S_t``. The current global log-probs at the ids carry the gradient (``gather_log_softmax``)."""
+    ``mask [B, T]``: trained positions. The mean over each row's positions with a non-empty ``S_t``, then over
+    every row (a row without one counts 0: upstream's mean over all samples). The current global log-probs at the ids carry the gradient (``gather_log_softmax``)."""
     ids = support.ids
     if student_logits.dim() != 3 or ids.shape[:2] != student_logits.shape[:2] or mask.shape != ids.shape[:2]:
         raise ValueError(f"expected logits [B, T, V], support [B, T, K], mask [B, T]; got "
@@ -182,7 +182,7 @@ def topk_select_loss(student_logits: torch.Tensor, support: SelectedSupport, mas
     adv = torch.where(in_s, support.advantages.to(logprobs.dtype), torch.zeros_like(logprobs))
     per_token, frac = select_per_token(logprobs, old, adv, in_s, eps_low, eps_high)
     trained = in_s.any(-1).float()
-    loss = masked_sample_mean(per_token, trained)
+    loss = masked_sample_mean(per_token, trained, every_row=True)
     with torch.no_grad():
         metrics = {"topk_select_loss": loss.detach(),
                    "topk_select_clip_fraction": masked_sample_mean(frac, trained),

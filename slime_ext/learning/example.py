@@ -43,7 +43,7 @@ class Teaching:
     prompt_ids: list[int]
     logprobs: list[float]  # the teacher's log-prob of each response token, at the turn's sampling temperature
     topk: Any = None  # what a distillation kind needs besides: a TopK, full log-probs [r, V], or a SelectedSupport
-    hints: tuple[str, ...] = ()
+    hints: tuple[str, ...] = ()  # empty: the unhinted teacher (topk_select's term on a turn without a hint)
     selection: dict[str, Any] | None = None  # topk_select: the candidates and which taught where
 
 
@@ -97,8 +97,9 @@ class Example:
 
     def sample(self) -> Sample:
         """The example as a Slime ``Sample``: the recorded tokens and log-probs, its verdict as the reward,
-        the teacher's log-probs (and top-k) when it has them, the temperature it was sampled at, whether
-        it was cut at the token limit (``status``), and a memory turn's verdict weights (``verdict_weights``).
+        the teacher's log-probs when a hint taught it (and the distillation kind's top-k when it has one), the
+        temperature it was sampled at, whether it was cut at the token limit (``status``), and a memory turn's
+        verdict weights (``verdict_weights``).
         Tokens the memory gave (``forced``: its opening) carry no loss, with the memory or without it (the student,
         ``learning/memory.py``): they were not the policy's choice, and taught as an approved answer's tokens they broke
         smollm2's first token (answers opened "Россlа", "El Perú": docs/learning.md); the rest of the answer trains."""
@@ -108,7 +109,7 @@ class Example:
             status=Sample.Status.TRUNCATED if self.finish_reason == "length" else Sample.Status.COMPLETED,
             loss_mask=[0] * self.forced + [1] * (len(self.response_ids) - self.forced),
             rollout_log_probs=list(self.rollout_logprobs),
-            teacher_log_probs=list(t.logprobs) if t else None, reward=float(self.verdict), session_id=self.session_id,
+            teacher_log_probs=list(t.logprobs) if t and t.hints else None, reward=float(self.verdict), session_id=self.session_id,
             metadata={"session_id": self.session_id, "turn": self.turn, "user": self.user,
                       "teacher_topk": t.topk if t else None, "policy_version": self.policy_version,
                       "policy_version_end": self.policy_version_end, "temperature": self.temperature,

@@ -7,7 +7,8 @@ One example, top to bottom (``Pipeline.prepare``):
     for each candidate, until the step is full:
         student: a turn served with the preference memory, without it (its pi_old and verdict weights)
                                                 learning/memory.py
-        teach: the teacher's log-probs under the hint (topk_select: of each candidate hint)
+        teach: the teacher's log-probs under the hint (topk_select: of each candidate hint; an unhinted turn
+               its top-K term against the unhinted teacher, as upstream)
                                                 learning/teacher.py
         check: does the teacher follow the hint; an unfollowed one is dropped or loses its term
                                                 learning/teachability.py
@@ -124,6 +125,9 @@ class Pipeline:
         if not hints:  # only a turn served with the memory gets here without a hint (select)
             if ex.memory and (method is Method.OPD or not ex.verdict):
                 return ex, "served with the memory, but the teacher follows none of its preferences: nothing to distill"
+            if self.config.distill is Distill.TOPK_SELECT:  # upstream: the top-K term against the unhinted teacher too
+                return teach_candidates(ex, [()], renderer=self.renderer, teacher=self.teacher, policy=self.policy,
+                                        term=self.term, context=self.context)
             return ex, None
         if self.config.distill is Distill.TOPK_SELECT:
             memory = [h for h in hints if h != ex.hint]
@@ -187,7 +191,7 @@ class Pipeline:
         """The taken example's sample, its fresh group members (``group_size`` > 1) and demonstrations
         (``sft_coef`` > 0); an unhinted example is a group of one."""
         sample, cfg = ex.sample(), self.config
-        if ex.teaching is None or (cfg.groups.size <= 1 and not cfg.sft_coef):
+        if ex.teaching is None or not ex.teaching.hints or (cfg.groups.size <= 1 and not cfg.sft_coef):
             return [sample]
         seed = zlib.crc32(f"{version}:{ex.session_id}:{ex.turn}".encode())  # reproducible
         members = [sample]
@@ -226,7 +230,7 @@ class Pipeline:
         if out.checks:  # the teacher checks of this step: seconds spent, hints the teacher does not follow
             m.update(teacher_check_s=sum(c["seconds"] for _, _, c in out.checks),
                      hints_unfollowed=sum(not c["follows"] for _, _, c in out.checks))
-        hinted = [ex for ex in out.taken if ex.teaching is not None]
+        hinted = [ex for ex in out.taken if ex.teaching is not None and ex.teaching.hints]
         m["hinted_turns"] = len(hinted)
         unmemorized = [ex for ex in out.taken if ex.verdict_weights is not None]  # served with the memory, trained without
         if unmemorized:
@@ -235,7 +239,7 @@ class Pipeline:
         if hinted:
             gaps = [t - o for ex in hinted for t, o in zip(ex.teaching.logprobs, ex.rollout_logprobs)]
             m["teacher_gap_mean"] = sum(gaps) / len(gaps)
-        selected = [ex.teaching.selection for ex in hinted if ex.teaching.selection]
+        selected = [ex.teaching.selection for ex in out.taken if ex.teaching is not None and ex.teaching.selection]
         if selected:
             m["topk_select"] = selected
         samples = out.samples

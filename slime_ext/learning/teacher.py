@@ -73,7 +73,10 @@ class TeacherTerm:
 
 def teacher_prompt(renderer, ex: Example, hint: str | Sequence[str], context: int) -> tuple[list[int], str | None]:
     """``ex``'s teacher prompt ids under ``hint``, and why it cannot be used (None when it can): a template
-    that cannot render it, or no room for the response within the ``context`` (0: unbounded)."""
+    that cannot render it, or no room for the response within the ``context`` (0: unbounded). No hint (``()``):
+    the unhinted teacher, shown the turn's own prompt."""
+    if not as_hints(hint):
+        return list(ex.prompt_ids), None
     r = ex.request
     try:
         prompt = teacher_prompt_ids(renderer, r.messages, hint, r.tools, r.tool_choice, r.template_kwargs)
@@ -100,7 +103,8 @@ def teach_candidates(ex: Example, candidates: Sequence[str | Sequence[str]], *, 
     """``distill: topk_select``: each candidate hint's teacher and pi_old (``policy`` now) on the recorded
     response, the choice by overlap and the support with its advantages; the example's teacher log-probs
     are the chosen candidate's at each position, its teacher prompt the accepted hint's (the first
-    candidate: fresh group members and the teacher check use it)."""
+    candidate: fresh group members and the teacher check use it). One empty candidate (``[()]``): a turn
+    without a hint, taught by the unhinted teacher (its ``Teaching.hints`` empty)."""
     kept = []  # (hint, teacher prompt) of the candidates that render within the context
     for hint in candidates:
         prompt, why = teacher_prompt(renderer, ex, hint, context)
@@ -116,7 +120,7 @@ def teach_candidates(ex: Example, candidates: Sequence[str | Sequence[str]], *, 
     chosen = select_support(student, teachers, term.topk, term.select_rule, term.support, term.clip)
     picked = teachers.gather(0, chosen.choice.view(1, -1, 1).expand(1, *teachers.shape[1:]))[0]
     logprobs = picked.gather(1, torch.tensor(response)[:, None])[:, 0].tolist()
-    selection = {"session_id": ex.session_id, "turn": ex.turn, "candidates": [hint_text(h) for h, _ in kept],
+    selection = {"session_id": ex.session_id, "turn": ex.turn, "candidates": [hint_text(h) if as_hints(h) else "" for h, _ in kept],
                  "chosen": torch.bincount(chosen.choice, minlength=len(kept)).tolist(),
                  "overlap": chosen.overlap.sum(-1).tolist()}
     return ex.taught(Teaching(kept[0][1], logprobs, chosen.support, as_hints(kept[0][0]), selection)), None
