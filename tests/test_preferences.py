@@ -10,7 +10,7 @@ import pytest
 
 import slime_ext.store as store_module
 from slime_ext.cli import main as cli_main
-from slime_ext.judge.worker import is_standing_preference
+from slime_ext.judge.worker import is_standing_preference, standing_part
 from slime_ext.learning.example import Example
 from slime_ext.learning.replay import replay_examples
 from slime_ext.learning.settings import ReplayConfig, TeacherCheckConfig
@@ -92,6 +92,35 @@ def test_the_worker_marks_standing_preferences_by_the_heuristic_rule():
     assert is_standing_preference("Please always answer in one short sentence.", "user")
     assert not is_standing_preference("That's wrong, the capital is Paris.", "user")
     assert not is_standing_preference("error: from now on always fails", "tool")
+
+
+@pytest.mark.parametrize("said, kept", [
+    ("The answer is 42, not 40. From now on, show your working.", "Show your working."),
+    ("Use the student's name, Lena, in the comment. Please always encourage them.", "Always encourage them."),
+    ("From now on, answer in one short sentence.", None),  # all of it standing: the accepted hint, as before
+    ("Next time, keep it under 10 words. Always answer in English.", None),
+])
+def test_a_standing_preference_keeps_only_what_the_user_stated_for_every_answer(said, kept):
+    """A message that corrects this answer and states a standing preference: the memory keeps the latter only (the
+    correct answer 42, or Lena's name, would be wrong in every later answer); the turn keeps its whole hint."""
+    assert standing_part(said, "THE ACCEPTED HINT") == (kept or "THE ACCEPTED HINT")
+
+
+async def test_the_judge_worker_stores_the_standing_part_as_the_preference_and_the_whole_hint_on_the_turn(tmp_path):
+    from slime_ext.judge.backends import HeuristicBackend, Judge
+    from slime_ext.judge.hints import HintJudge
+    from slime_ext.judge.worker import JudgeWorker
+
+    store = Store(tmp_path / "run")
+    add_turn(store, "s", "alice")
+    said = "The answer is 42, not 40. From now on, show your working."
+    store.set_next_state("s", 0, said, "user")
+    judge = Judge(HeuristicBackend())
+    assert await JudgeWorker(judge, store, hints=HintJudge.from_judge(judge)).run_once() == 1
+    (pref,) = store.preferences("alice")
+    assert pref["hint"] == "Show your working." and pref["standing"]
+    turn = export_records(store.run_dir)["sessions"][0]["turns"][0]
+    assert "42" in turn["hint"] and "working" in turn["hint"]  # the turn's teacher still sees all of it
 
 
 # ------------------------------------------------------------------ teacher prompt

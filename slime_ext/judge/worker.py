@@ -5,7 +5,8 @@ accepted hint (or none) in the same transaction as its verdict: "no hint" is a r
 accepted hint becomes a preference of the turn's user (``Store.preferences``), marked standing when
 the user's message states it as one (the heuristic's ``preference`` rule: "from now on ...",
 "always ...", "next time ..."), whichever judge voted: standing preferences are the ones the trainer
-replays (``trainers/replay.py``).
+replays (``trainers/replay.py``) and the memory serves; of a message that also corrects this answer alone, only
+the sentences that state the standing preference are kept as it (``standing_part``).
 
 It runs as a task on the server's event loop and never blocks serving: store reads and writes
 go through the store's writer thread, and the ``Judge`` bounds concurrency and times out votes.
@@ -25,11 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 
 from slime_ext.chat.memory import retraction
 from slime_ext.judge.backends import Judge, JudgeInput, error_text
-from slime_ext.judge.heuristic import heuristic_rule
+from slime_ext.judge.heuristic import heuristic_hint, heuristic_rule
 from slime_ext.judge.hints import HintJudge
 
 log = logging.getLogger(__name__)
@@ -41,6 +43,21 @@ MAX_BACKOFF_S = 30.0  # the longest wait after rounds where every turn failed
 def is_standing_preference(next_state: str, role: str) -> bool:
     """Does the user's message state a standing preference (the heuristic judge's ``preference`` rule)?"""
     return role == "user" and heuristic_rule(next_state, role) == "preference"
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def standing_part(next_state: str, hint: str) -> str:
+    """What of a standing preference the memory keeps: the accepted ``hint``, or, when the user's message also says
+    things about this answer alone ("The answer is 42, not 40. From now on, show your working."; "Use the
+    student's name, Lena. Don't forget to encourage them."), only its sentences that state a standing preference,
+    each as a hint (``heuristic_hint``): the rest would be wrong for every later request."""
+    sentences = [x for x in _SENTENCE_END.split(next_state.strip()) if x.strip()]
+    standing = [x for x in sentences if is_standing_preference(x, "user")]
+    if not standing or len(standing) == len(sentences):
+        return hint
+    return " ".join(heuristic_hint(x, "user") or x for x in standing)
 
 
 class JudgeWorker:
@@ -100,12 +117,13 @@ class JudgeWorker:
         hint_votes = list(zip(hint.votes, hint.texts)) if hint else None
         accepted = hint.hint if hint else None
         standing = bool(accepted) and is_standing_preference(t["next_state"], t["next_state_role"])  # only if kept
+        preference = standing_part(t["next_state"], accepted) if standing else accepted
         taken_back = retraction(t["next_state"]) if t["next_state_role"] == "user" else None
         if taken_back:  # "forget that", "stop starting with 'So,'": before any preference this message states
             gone = await self.store.run(self.store.retract_preferences, t["session_id"], t["idx"], *taken_back)
             log.info("turn %d of %s: the user took back %d preference(s)", t["idx"], t["session_id"], len(gone))
         await self.store.run(self.store.record_verdict, t["session_id"], t["idx"], verdict.score, votes,
-                             accepted, hint_votes, standing)
+                             accepted, hint_votes, standing, preference)
         self._attempts.pop((t["session_id"], t["idx"]), None)
         log.info("judged turn %d of %s: %+d (votes %s)%s", t["idx"], t["session_id"], verdict.score, verdict.votes,
                  f", hint {accepted!r}" if accepted else "")

@@ -278,10 +278,11 @@ class Store:
 
     def record_verdict(self, session_id: str, idx: int, verdict: int, votes: list[tuple[int | None, str]],
                        hint: str | None = None, hint_votes: list[tuple[int | None, str]] | None = None,
-                       standing: bool = False) -> None:
+                       standing: bool = False, preference: str | None = None) -> None:
         """Store every vote and the verdict of one turn, in one transaction; with ``hint_votes``
         (hints were judged), also the hint votes and the accepted hint (or none). An accepted hint
-        becomes (or refreshes) a preference of the turn's user; ``standing``: stated as a standing one."""
+        becomes (or refreshes) a preference of the turn's user (``preference``: its text, when it is not the
+        whole hint); ``standing``: stated as a standing one."""
         now = time.time()
         rows = [(session_id, idx, i, v, text, now, "reward") for i, (v, text) in enumerate(votes)]
         rows += [(session_id, idx, i, v, text, now, "hint") for i, (v, text) in enumerate(hint_votes or [])]
@@ -290,8 +291,9 @@ class Store:
                 "INSERT INTO votes (session_id, turn_idx, vote_idx, value, text, at, kind) VALUES (?,?,?,?,?,?,?)", rows)
             self._conn.execute("UPDATE turns SET verdict=?, judged_at=?, hint=?, hint_judged_at=? WHERE session_id=? AND idx=?",
                                (verdict, now, hint, now if hint_votes is not None else None, session_id, idx))
-            if hint and preference_key(hint):
-                self._add_preference(session_id, idx, hint.strip(), standing, now)
+            preference = (preference or hint or "").strip() if hint else ""
+            if preference and preference_key(preference):
+                self._add_preference(session_id, idx, preference, standing, now)
 
     def _add_preference(self, session_id: str, idx: int, hint: str, standing: bool, now: float) -> None:
         """Within a transaction: the turn's user's preference ``hint`` (a known one is refreshed, and
