@@ -139,3 +139,35 @@ def test_probes_ask_without_and_with_the_memory_and_each_sessions_first_answer_i
         assert int(x["words"]) == len(session["turns"][0]["response_text"].split())
     assert main[1]["turns"][0]["memory"]  # the second session opened with what the first one stated
     assert "sessions to adaptation" in (out / "results.md").read_text()
+
+
+def test_joint_persona_plays_the_three_roles_in_turn_against_one_server(tmp_path):
+    """`--personas joint` (upstream's joint mode): one server, one user, whose sessions take the student, TA and
+    teacher roles in turn; each session's first answer is scored by its own role, and the one memory holds what
+    each role asked for."""
+    out = tmp_path / "results"
+    r = subprocess.run(
+        [sys.executable, "-m", "slime_ext.cli", "experiment", "personalization", "--model", "tiny",
+         "--methods", "none", "--personas", "joint", "--seeds", "0", "--sessions", "3", "--probe-every", "3",
+         "--heldout", "3", "--rounds", "1", "--max-tokens", "8", "--out", str(out), "--serve-args", "--memory on"],
+        capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    records = json.loads(subprocess.run([sys.executable, "-m", "slime_ext.cli", "records", "--run-dir",
+                                         str(out / "runs" / "none-joint-s0"), "--json"],
+                                        capture_output=True, text=True, check=True).stdout)
+    main = sorted((s for s in records["sessions"] if s["id"].startswith("train-")), key=lambda s: int(s["id"].split("-")[2]))
+    from transformers import AutoTokenizer
+
+    from slime_ext.models import resolve_model
+
+    tok = AutoTokenizer.from_pretrained(resolve_model("tiny"))
+    asked = [tok.decode(s["turns"][0]["prompt_token_ids"]) for s in main]
+    assert "can you do this one for my homework?" in asked[0]  # the student
+    assert "I'm the TA" in asked[1] and "The correct answer is" in asked[1]  # the TA
+    assert "Grade this answer" in asked[2] and "I'm the TA" not in asked[2]  # the teacher
+    firsts = list(csv.DictReader(open(out / "sessions.csv")))
+    assert [x["persona"] for x in firsts] == ["joint"] * 3
+    # each scored by its role: the student's 5 checks, the TA's 4, the teacher's 5
+    assert [round(float(x["score"]) * n, 6) % 1 for x, n in zip(firsts, (5, 4, 5))] == [0, 0, 0]
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert [x["persona"] for x in rows] == ["joint", "joint"] and all(int(x["probe_n"]) == 3 for x in rows)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -109,6 +110,7 @@ GRADE = Task(id="g", prompt="Grade this answer from your student Omar. ...", ans
 PERFECT = {
     "student": (MATH, "3 pens cost 12 and 2 mugs cost 10, so she spends 22 dollars."),
     "teacher": (GRADE, "Nice try, Omar! The correct answer is 22, so check the mugs again. Keep it up!"),
+    "ta": (GRADE, "Omar's answer, 20, is wrong. The correct answer is 22 because the mugs cost 10 dollars."),
     "terse": (MATH, f"22 dollars {SIGN_OFF}"),
 }
 
@@ -126,6 +128,11 @@ SINGLE_VIOLATIONS = [
     ("teacher", "encouraging", "Omar, the correct answer is 22, so check the mugs again.", "encourage"),
     ("teacher", "brief", "Nice try, Omar! The answer is 22. Pens cost 12. Mugs cost 10.", "three sentences"),
     ("teacher", "friendly", "Nice try, Omar, but careless: the answer is 22. Keep it up!", "harsh"),
+    ("ta", "verdict", "Omar's answer is 20. The correct answer is 22 because the mugs cost 10 dollars.", "wrong"),
+    ("ta", "states_answer", "Omar's answer, 20, is wrong. Check the cost of the mugs again.", "22"),
+    ("ta", "quotes_student", "Omar's answer is wrong. The correct answer is 22 because the mugs cost 10 dollars.",
+     "20"),
+    ("ta", "specific", "Omar's answer, 20, is wrong: the correct answer is 22.", "2 sentences"),
     ("terse", "correct", f"21 dollars {SIGN_OFF}", "number"),
     ("terse", "one_line", f"12 + 10\n22 dollars {SIGN_OFF}", "one line"),
     ("terse", "short", f"the pens cost 12 dollars and the mugs cost 10 dollars so the total is 22 {SIGN_OFF}",
@@ -216,3 +223,34 @@ def test_first_messages():
         first = persona.first_message(task)
         assert task.prompt in first
         assert heuristic_hint(first, "user") is None
+
+
+def test_ta_verdict_must_be_the_true_one():
+    """upstream's TA grades against the correct answer it gives: calling a right answer wrong, or a wrong one right,
+    fails the verdict; the student's answer being right, quoting it is stating the answer."""
+    ta = get_persona("ta")
+    right = dataclasses.replace(GRADE, student_answer=22)
+    assert "The correct answer is 22." in ta.first_message(GRADE) and GRADE.prompt in ta.first_message(GRADE)
+    assert ta.score(right, "Omar's answer, 22, is correct. He added 12 and 10 right, well done.") == 1.0
+    assert [c.name for c in ta.failed(right, "Omar's answer, 22, is wrong. The answer is 22, check again.")] == ["verdict"]
+    assert [c.name for c in ta.failed(GRADE, "Omar's answer, 20, is right. The answer is 22, well done.")] == ["verdict"]
+
+
+def test_joint_persona_takes_the_roles_in_turn_and_each_role_scores_its_own_sessions():
+    """upstream's joint mode: the student, TA and teacher roles against one server, one session each in turn."""
+    from slime_ext.simulate.experiment import tasks_for
+    from slime_ext.simulate.personas import RoleTask
+
+    joint = get_persona("joint")
+    tasks = tasks_for(joint, "train", 7, seed=1)
+    assert [t.role.name for t in tasks] == ["student", "ta", "teacher", "student", "ta", "teacher", "student"]
+    assert len({t.id for t in tasks}) == 7
+    assert [t.task for t in tasks if t.role.name == "student"] == math_tasks("train", 3, 1)
+    assert [t.task for t in tasks if t.role.name == "ta"] == grading_tasks("train", 2, 1)
+    ta = RoleTask(get_persona("ta"), GRADE)
+    teacher = RoleTask(get_persona("teacher"), GRADE)
+    answer = PERFECT["ta"][1]
+    assert joint.first_message(ta) == get_persona("ta").first_message(GRADE)
+    assert joint.score(ta, answer) == 1.0 and joint.reply(ta, answer) == get_persona("ta").thanks
+    assert joint.score(teacher, answer) == get_persona("teacher").score(GRADE, answer) < 1.0
+    assert joint.reply(teacher, answer) == get_persona("teacher").reply(GRADE, answer)

@@ -62,7 +62,7 @@ from slime_ext.launch import ServerProcess
 from slime_ext.simulate.adaptation import adaptation_table
 from slime_ext.simulate.client import ChatClient
 from slime_ext.simulate.llm_persona import LLMPersona
-from slime_ext.simulate.personas import PERSONAS, Persona, get_persona
+from slime_ext.simulate.personas import JOINT_PERSONAS, PERSONAS, JointPersona, Persona, RoleTask, get_persona, role_tasks
 from slime_ext.simulate.questions import correctness_tasks, preference_tasks
 from slime_ext.simulate.tasks import grading_tasks, math_tasks
 from slime_ext.trainers.canary import distinct_n
@@ -76,8 +76,10 @@ TARGET = 0.8  # the score whose first crossing the Markdown table reports
 STABLE_POINTS = 3  # consecutive probe points at or above TARGET: a stable effect (upstream's metric)
 
 
-def tasks_for(persona: Persona | LLMPersona, split: str, n: int, seed: int) -> list:
-    """The persona's tasks: math problems, grading requests or general questions."""
+def tasks_for(persona: Persona | JointPersona | LLMPersona, split: str, n: int, seed: int) -> list:
+    """The persona's tasks: math problems, grading requests or general questions; a joint persona's roles' in turn."""
+    if isinstance(persona, JointPersona):
+        return role_tasks(persona.roles, lambda role, k: tasks_for(role, split, k, seed), n)
     if persona.task_kind == "question":
         return preference_tasks(split, n, seed)
     return (math_tasks if persona.task_kind == "math" else grading_tasks)(split, n, seed)
@@ -237,7 +239,7 @@ def run(method: str, persona: str, seed: int, *, model: str = "tiny", sessions: 
     ``simulator``: an OpenAI-compatible endpoint that plays the persona (``LLMPersona``); without
     it the scripted persona plays. The run directory ``<out_dir>/runs/<method>-<persona>-s<seed>``
     is started afresh."""
-    p: Persona | LLMPersona = LLMPersona(persona, simulator) if simulator else get_persona(persona)
+    p: Persona | JointPersona | LLMPersona = LLMPersona(persona, simulator) if simulator else get_persona(persona)
     sim_failed0 = simulator.failed if simulator else 0
     train = tasks_for(p, "train", sessions, seed)
     probe_tasks = tasks_for(p, "heldout", heldout, 0)  # fixed across seeds and methods
@@ -257,7 +259,9 @@ def run(method: str, persona: str, seed: int, *, model: str = "tiny", sessions: 
             if s > 0:
                 wait_judged(srv)
                 headers = {"X-Session-Id": f"train-s{seed}-{s}-{uuid.uuid4().hex[:8]}", "X-Turn-Type": "main"}
-                judged, first = _session(client, p, train[s - 1], headers, rounds, seed * 100_003 + s * 101)
+                task = train[s - 1]  # a joint persona's: the session is its role's, with the role's task
+                who, asked = (task.role, task.task) if isinstance(task, RoleTask) else (p, task)
+                judged, first = _session(client, who, asked, headers, rounds, seed * 100_003 + s * 101)
                 interactions += judged
                 if first is not None:
                     firsts.append({"method": method, "persona": persona, "seed": seed, "session": s,
@@ -273,7 +277,7 @@ def run(method: str, persona: str, seed: int, *, model: str = "tiny", sessions: 
             with_memory = row  # the memory has nothing to add before the user said anything, or when it is off
             if memory_on and s > 0:
                 with_memory, _ = probe_row(client, p, probe_tasks, f"{s}-m", correctness=correctness, memory="on")
-            if s == 0 and isinstance(p, Persona):
+            if s == 0 and isinstance(p, (Persona, JointPersona)):
                 teacher = teacher_compliance(client, p, probe_tasks, answers)
             rows.append({"method": method, "persona": persona, "seed": seed, "sessions": s,
                          "interactions": interactions, "policy_version": health.get("policy_version"), **row,
@@ -416,7 +420,8 @@ def _csv_list(text: str) -> list[str]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", default="combine,opd,binary", help="comma-separated --method values [combine,opd,binary]")
     p.add_argument("--personas", default="one_sentence,under_ten,sure,asks_back",
-                   help="comma-separated personas: " + ", ".join(PERSONAS) + " [one_sentence,under_ten,sure,asks_back]")
+                   help="comma-separated personas: " + ", ".join([*PERSONAS, *JOINT_PERSONAS])
+                   + " (joint: upstream's student, TA and teacher roles in turn, one server) [one_sentence,under_ten,sure,asks_back]")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated integer seeds [0,1,2]")
     p.add_argument("--model", default="smollm2-135m", help="the served model [smollm2-135m]")
     p.add_argument("--sessions", type=int, default=24, help="training sessions per run [24]")

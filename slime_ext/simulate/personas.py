@@ -27,6 +27,18 @@ between ``. ! ?`` followed by a space or the end.
      "Keep it short, under 40 words."
   Thanks: "thanks, that works!"
 
+``ta`` (grading tasks, upstream's TA: the correct answer given; wants specific grading), 4 checks, 0.25 each:
+  1. ``verdict``: says the student's answer is right when it is (one of ``RIGHT_WORDS``, none of
+     ``WRONG_WORDS``), wrong when it is not (one of ``WRONG_WORDS``).
+     "You should say clearly whether <name>'s answer is correct or wrong."
+  2. ``states_answer``: the correct answer appears as a number.
+     "You should state the correct answer, <answer>, in the comment."
+  3. ``quotes_student``: the student's own answer appears as a number.
+     "You should mention <name>'s answer, <given>, so they know what was graded."
+  4. ``specific``: at least ``TA_MIN_SENTENCES`` (2) sentences.
+     "Don't be so brief, you should explain it in at least 2 sentences."
+  Thanks: "Great, thank you!"
+
 ``teacher`` (grading tasks; wants friendly, specific comments), 5 checks, 0.2 each:
   1. ``names_student``: the student's name appears as a word (any case).
      "You should use the student's name, <name>, in the comment."
@@ -55,6 +67,9 @@ between ``. ! ?`` followed by a space or the end.
   Thanks: "ok thanks."
 
 
+``joint`` (``JointPersona``): upstream's joint mode, the ``student``, ``ta`` and ``teacher`` roles in turn, one
+session each, against one server; each session is asked, corrected and scored by its role.
+
 One-preference personas (``PREFERENCE_PERSONAS``, the experiment v2) ask general questions
 (``questions.py``) and hold one standing preference each: ``one_sentence`` (one sentence of at
 most 20 words), ``under_ten`` (at most 10 words), ``sure`` (starts with "Sure!"), ``great``
@@ -79,6 +94,7 @@ from slime_ext.trainers.canary_data import holds_key
 STUDENT_MAX_WORDS = 40
 TEACHER_MAX_SENTENCES = 3
 TERSE_MAX_WORDS = 15
+TA_MIN_SENTENCES = 2
 SIGN_OFF = "\u2014 done"
 
 AI_TELLS = (
@@ -91,6 +107,9 @@ ENCOURAGING = (
 )
 HARSH = ("careless", "lazy", "sloppy", "stupid", "terrible", "awful", "bad", "poor", "disappointing", "useless")
 
+RIGHT_WORDS = ("correct", "right", "well done", "exactly")
+WRONG_WORDS = ("incorrect", "wrong", "not correct", "not right", "isn't correct", "is not correct", "mistake",
+               "error", "not quite", "off by")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}\b)")
 _MARKDOWN = re.compile(r"[*_#`]|\\[(\[]|\\boxed|^\s*(?:[-+\u2022]|\d+[.)])\s", re.M)
@@ -208,6 +227,31 @@ TEACHER = Persona(
     thanks="Perfect, thank you!",
 )
 
+def _says_right(t: Task, r: str) -> bool:
+    """The comment's verdict on the student's answer is the true one: right when it is, wrong when it is not."""
+    wrong = _has_phrase(r, WRONG_WORDS)
+    return (not wrong and _has_phrase(r, RIGHT_WORDS)) if t.student_answer == t.answer else wrong
+
+
+TA = Persona(
+    name="ta",
+    preference="specific grading: says whether the student's answer is right, gives the correct answer and the "
+    f"student's own, in at least {TA_MIN_SENTENCES} sentences",
+    task_kind="grading",
+    checks=(
+        Check("verdict", _says_right,
+              lambda t: f"You should say clearly whether {t.student}'s answer is correct or wrong."),
+        Check("states_answer", lambda t, r: t.answer in numbers(r),
+              lambda t: f"You should state the correct answer, {t.answer}, in the comment."),
+        Check("quotes_student", lambda t, r: t.student_answer in numbers(r),
+              lambda t: f"You should mention {t.student}'s answer, {t.student_answer}, so they know what was graded."),
+        Check("specific", lambda t, r: sentence_count(r) >= TA_MIN_SENTENCES,
+              lambda t: f"Don't be so brief, you should explain it in at least {TA_MIN_SENTENCES} sentences."),
+    ),
+    opener=lambda t: f"I'm the TA for this class and need your help grading. {t.prompt}\nThe correct answer is {t.answer}.",
+    thanks="Great, thank you!",
+)
+
 TERSE = Persona(
     name="terse",
     preference=f"one line, at most {TERSE_MAX_WORDS} words, the right answer, ending with '{SIGN_OFF}'",
@@ -283,13 +327,66 @@ ASKS_BACK = _preference(
      "From now on, finish every answer with a question for me.",
      "Next time, end with a question back to me."))
 
-PERSONAS: dict[str, Persona] = {p.name: p for p in (STUDENT, TEACHER, TERSE, ONE_SENTENCE, UNDER_TEN, SURE, GREAT,
+PERSONAS: dict[str, Persona] = {p.name: p for p in (STUDENT, TA, TEACHER, TERSE, ONE_SENTENCE, UNDER_TEN, SURE, GREAT,
                                                     SO, THE_ANSWER, ASKS_BACK)}
 PREFERENCE_PERSONAS = ("one_sentence", "under_ten", "sure", "great", "so", "the_answer", "asks_back")
 
+# ------------------------------------------------------------------ joint mode (upstream's roles together)
 
-def get_persona(name: str) -> Persona:
-    try:
-        return PERSONAS[name]
-    except KeyError:
-        raise ValueError(f"unknown persona {name!r}; known: {sorted(PERSONAS)}") from None
+
+@dataclass(frozen=True)
+class RoleTask:
+    """A task of one role of a ``JointPersona``: asked, answered, corrected and scored by that role."""
+
+    role: Persona
+    task: Any
+
+    @property
+    def id(self) -> str:
+        return f"{self.role.name}:{self.task.id}"
+
+
+@dataclass(frozen=True)
+class JointPersona:
+    """Upstream's joint mode (``openclaw-test``: the student, TA and teacher phases against one agent): one user
+    who plays several roles, one session each in turn, so that one server (one memory, one policy) learns all of
+    their preferences at once. Its tasks are ``RoleTask``s (``role_tasks``); everything else is its roles'."""
+
+    name: str
+    roles: tuple[Persona, ...]
+    task_kind: str = "joint"
+
+    @property
+    def preference(self) -> str:
+        return "; ".join(f"{r.name}: {r.preference}" for r in self.roles)
+
+    def first_message(self, t: RoleTask) -> str:
+        return t.role.first_message(t.task)
+
+    def failed(self, t: RoleTask, response: str) -> list[Check]:
+        return t.role.failed(t.task, response)
+
+    def score(self, t: RoleTask, response: str) -> float:
+        return t.role.score(t.task, response)
+
+    def reply(self, t: RoleTask, response: str) -> str:
+        return t.role.reply(t.task, response)
+
+
+def role_tasks(roles: tuple[Persona, ...], tasks_of: Callable[[Persona, int], list], n: int) -> list[RoleTask]:
+    """``n`` tasks taking the roles in turn (role 0's first task, role 1's first, ..., role 0's second, ...);
+    ``tasks_of(role, k)``: ``k`` of the role's own tasks."""
+    per_role = [tasks_of(role, -(-n // len(roles))) for role in roles]
+    return [RoleTask(roles[i % len(roles)], per_role[i % len(roles)][i // len(roles)]) for i in range(n)]
+
+
+JOINT = JointPersona("joint", (STUDENT, TA, TEACHER))  # upstream's three roles, in its order
+JOINT_PERSONAS: dict[str, JointPersona] = {JOINT.name: JOINT}
+
+
+def get_persona(name: str) -> Persona | JointPersona:
+    """The persona ``name`` names: one of ``PERSONAS``, or a joint one (``JOINT_PERSONAS``)."""
+    found = PERSONAS.get(name) or JOINT_PERSONAS.get(name)
+    if found is None:
+        raise ValueError(f"unknown persona {name!r}; known: {sorted([*PERSONAS, *JOINT_PERSONAS])}")
+    return found
