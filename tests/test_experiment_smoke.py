@@ -105,21 +105,26 @@ def test_tiny_experiment_with_an_llm_simulator_scores_through_it_and_never_leaks
     assert "sk-test-secret" not in r.stdout + r.stderr + (run_dir / "serve.log").read_text()
 
 
+def memory_only_run(out, persona: str, heldout: int) -> dict:
+    """``--methods none`` (the memory alone) for 3 sessions of ``persona``, probed at 0 and 3; its run's records."""
+    r = subprocess.run(
+        [sys.executable, "-m", "slime_ext.cli", "experiment", "personalization", "--model", "tiny",
+         "--methods", "none", "--personas", persona, "--seeds", "0", "--sessions", "3", "--probe-every", "3",
+         "--heldout", str(heldout), "--rounds", "1", "--max-tokens", "8", "--out", str(out), "--serve-args", "--memory on"],
+        capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(subprocess.run([sys.executable, "-m", "slime_ext.cli", "records", "--run-dir",
+                                      str(out / "runs" / f"none-{persona}-s0"), "--json"],
+                                     capture_output=True, text=True, check=True).stdout)
+
+
 def test_probes_ask_without_and_with_the_memory_and_each_sessions_first_answer_is_kept(tmp_path):
     """v3: the held-out probes carry `X-OpenClaw-RL-Memory: off` (what the weights learned) and, where the
     server's memory is on, run again with it (what the user gets); every training session's first answer is
     scored into sessions.csv, and results.md gives sessions to adaptation. `--methods none` (the memory alone)
     trains nothing, and the run does not wait for training."""
     out = tmp_path / "results"
-    r = subprocess.run(
-        [sys.executable, "-m", "slime_ext.cli", "experiment", "personalization", "--model", "tiny",
-         "--methods", "none", "--personas", "so", "--seeds", "0", "--sessions", "3", "--probe-every", "3",
-         "--heldout", "2", "--rounds", "1", "--max-tokens", "8", "--out", str(out), "--serve-args", "--memory on"],
-        capture_output=True, text=True, timeout=240)
-    assert r.returncode == 0, r.stderr[-3000:]
-    records = json.loads(subprocess.run([sys.executable, "-m", "slime_ext.cli", "records", "--run-dir",
-                                         str(out / "runs" / "none-so-s0"), "--json"],
-                                        capture_output=True, text=True, check=True).stdout)
+    records = memory_only_run(out, "so", heldout=2)
     assert "so," in records["preferences"]["-"][0]["hint"].lower()  # the persona stated it (tiny never complies)
     probes = {s["id"]: s["turns"][0] for s in records["sessions"] if s["id"].startswith("probe-3-")}
     without = [t for k, t in probes.items() if not k.startswith("probe-3-m-")]
@@ -146,15 +151,7 @@ def test_joint_persona_plays_the_three_roles_in_turn_against_one_server(tmp_path
     teacher roles in turn; each session's first answer is scored by its own role, and the one memory holds what
     each role asked for."""
     out = tmp_path / "results"
-    r = subprocess.run(
-        [sys.executable, "-m", "slime_ext.cli", "experiment", "personalization", "--model", "tiny",
-         "--methods", "none", "--personas", "joint", "--seeds", "0", "--sessions", "3", "--probe-every", "3",
-         "--heldout", "3", "--rounds", "1", "--max-tokens", "8", "--out", str(out), "--serve-args", "--memory on"],
-        capture_output=True, text=True, timeout=240)
-    assert r.returncode == 0, r.stderr[-3000:]
-    records = json.loads(subprocess.run([sys.executable, "-m", "slime_ext.cli", "records", "--run-dir",
-                                         str(out / "runs" / "none-joint-s0"), "--json"],
-                                        capture_output=True, text=True, check=True).stdout)
+    records = memory_only_run(out, "joint", heldout=3)
     main = sorted((s for s in records["sessions"] if s["id"].startswith("train-")), key=lambda s: int(s["id"].split("-")[2]))
     from transformers import AutoTokenizer
 
