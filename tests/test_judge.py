@@ -444,3 +444,16 @@ def test_heuristic_rule_names_the_rule_that_decided():
     assert heuristic_rule("From now on, answer in one short sentence.", "user") == "preference"
     assert heuristic_rule("Thanks, that works!", "user") == "approval"
     assert heuristic_rule("What is the capital of Peru?", "user") == "new_request"
+
+
+@pytest.mark.parametrize("said, vote", [
+    ("Great answer, keep it up!", 1), ("Keep it up!", 1), ("Thanks, keep them coming!", 1),
+    ("Keep up the good work.", 1), ("Keep it short next time.", -1), ("Keep your answers short.", -1),
+])
+def test_keep_it_up_is_praise_not_a_standing_preference(said, vote):
+    """"keep it ..." states a standing preference ("keep it short"), but "keep it up" praises: read as a preference it
+    was a -1 on an answer the user liked, and stored in the memory as something to do in every answer."""
+    from slime_ext.judge.heuristic import heuristic_rule, heuristic_vote
+
+    assert heuristic_vote(said, "user") == vote
+    assert (heuristic_rule(said, "user") == "preference") == (vote == -1)

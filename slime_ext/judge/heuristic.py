@@ -25,7 +25,8 @@ Role "user" (the user's next message):
       ... (not "always do it like this": that approves) / "remember that I ..." / "I('d) prefer",
       "I'd rather", "my preference" / "it would be better/nice if" / "I'd like it if you", "I like
       it when you" / "I want you to" / "I (just/only) wanted/needed ..." (not "what I needed", "I
-      wanted to ask") / "call me X" / "keep it/answers ..." / "every answer", "all code you write".
+      wanted to ask") / "call me X" / "keep it/answers ..." (not "keep it up / coming": that approves) /
+      "every answer", "all code you write".
   -1  ``correction``: "no," / "nope" / "not X" / "actually" at the start, ", not X", "wrong",
       "incorrect", "that's not", "not right/correct/...", "I said/asked/meant", "can't be",
       "mistake", "typo", "misspelled", "are you sure", "you forgot/missed/ignored/...", "bug",
@@ -51,7 +52,7 @@ Role "user" (the user's next message):
   +1  ``approval``: "thanks", "thank you", "thx", "ty", "cheers", "appreciated", "great", "perfect",
       "ok", "got it", "awesome", "nice", "good", "correct", "love", "beautiful", "cool", "helpful",
       "works/worked", "like a charm", "yes", "that's the one", "exactly", "sounds good/right",
-      "makes sense", a thumbs-up ...; but first, when the request is given, ``same_request``: a
+      "makes sense", "keep it up", "keep them coming", a thumbs-up ...; but first, when the request is given, ``same_request``: a
       message of at least 2 words (two letters or more, or numbers) of which at least 60% repeat
       the request is a rephrasing (-1), "please" or "good" in it notwithstanding (approval words
       themselves are not counted, so thanking twice is still thanks).
@@ -168,7 +169,7 @@ _PREFERENCE = _rx(
     r"\bi (?:only|just) (?:want|need)(?:ed)?\b(?! to (?:ask|know|say|check|thank))",
     r"(?<!what )\bi (?:really )?(?:wanted|needed)\b(?! to (?:ask|know|say|check|thank))",
     r"\bcall me (?!a |an |back\b)\w",
-    r"\bkeep (?:it|them|answers|replies|responses|your (?:answers|replies|responses))\b",
+    r"\bkeep (?:it|them|answers|replies|responses|your (?:answers|replies|responses))\b(?! (?:up|coming)\b)",
 )
 _CORRECTION = _rx(
     r"^\W*(?:no|nope|nah)\b(?!\s+(?:worries|problem|prob)\b)", r"^\W*not\b(?!\s+(?:sure|yet|now|really)\b)",
@@ -254,7 +255,7 @@ _APPROVAL = _rx(
     r"\bgreat\b", r"\bperfect\b", r"\bok\b", r"\bokay\b", r"\bgot it\b", r"\bawesome\b", r"\bexcellent\b",
     r"\bnice\b", r"\bexactly\b", r"\bthat works\b", r"\bsounds good\b", r"\blooks good\b", r"\bwell done\b",
     r"\bgood\b", r"\bcorrect\b", r"\blove\b", r"\bbeautiful\b", r"\blovely\b", r"\bbrilliant\b",
-    r"\bamazing\b",
+    r"\bamazing\b", r"\bkeep (?:it|them) (?:up|coming)\b", r"\bkeep up the good work\b",
     r"^\W*ta\W*$", r"\byes\b", r"\bthat'?s (?:the one|it)\b", r"\bup my alley\b",
     r"\bsounds (?:right|great|perfect|fine|lovely|interesting)\b", r"\bcool\b", r"\bhelpful\b",
     r"\bwork(?:s|ed)\b",
@@ -453,7 +454,7 @@ _START_CUE = re.compile(
     r"(?:don't|do not)\s+(?!worry\b|mind\b)\w|never\s+(?!mind\b)\w|always\s+\w|make sure\b"
     r"|(?:answer|reply|respond)\s+(?:with|in|only|using)\b|use\s+\w"
     r"|just\s+(?!(?:wondering|curious|checking|kidding|saying|asking)\b)\w|only\s+(?!(?:if|when|because)\b)\w"
-    r"|stop\s+\w|avoid\s+\w|keep\s+(?:it|the|your|answers|replies|them)\b|be\s+(?:more|less)\s+\w"
+    r"|stop\s+\w|avoid\s+\w|keep\s+(?:it|the|your|answers|replies|them)\b(?!\s+(?:up|coming)\b)|be\s+(?:more|less)\s+\w"
     r"|be\s+(?:concise|brief|specific|precise)\b",
     re.I,
 )
