@@ -44,7 +44,7 @@ class PolicyLossConfig:
 
 def masked_sample_mean(values: torch.Tensor, mask: torch.Tensor, every_row: bool = False) -> torch.Tensor:
     """Mean over each row's masked entries, then over rows that have any (0 if none do); ``every_row``: over every
-    row, a row without a masked entry counting 0 (Slime's ``sum_of_sample_mean`` over the whole batch)."""
+    row, a row without a masked entry counting 0 (as Slime's ``sum_of_sample_mean``, divided by the batch size)."""
     mask = mask.to(values.dtype)
     counts = mask.sum(dim=-1)
     per_sample = (values * mask).sum(dim=-1) / counts.clamp(min=1)

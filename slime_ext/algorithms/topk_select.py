@@ -171,7 +171,8 @@ def topk_select_loss(student_logits: torch.Tensor, support: SelectedSupport, mas
     """``(scalar loss, metrics)`` of the top-K OPD term from student logits ``[B, T, V]`` and the
     batch's ``SelectedSupport`` ``[B, T, K]`` (padding: distinct ids, ``in_support`` False).
     ``mask [B, T]``: trained positions. The mean over each row's positions with a non-empty ``S_t``, then over
-    every row (a row without one counts 0: upstream's mean over all samples). The current global log-probs at the ids carry the gradient (``gather_log_softmax``)."""
+    every row (a row without one counts 0: upstream's mean over all samples). The current global log-probs at
+    the ids carry the gradient (``gather_log_softmax``)."""
     ids = support.ids
     if student_logits.dim() != 3 or ids.shape[:2] != student_logits.shape[:2] or mask.shape != ids.shape[:2]:
         raise ValueError(f"expected logits [B, T, V], support [B, T, K], mask [B, T]; got "

@@ -337,7 +337,7 @@ class LiveSource:
         taken = self.taken
         fresh = [s.metadata["raw_reward"] for g in groups for s in g if s.metadata.get("fresh")]
         out = {"openclaw/reward_mean": sum(ex.verdict for ex in taken) / max(1, len(taken)),
-               "openclaw/hinted": sum(ex.teaching is not None for ex in taken),
+               "openclaw/hinted": sum(ex.hinted for ex in taken),
                "openclaw/judged_turns": counts["judged_turns"], "openclaw/dropped_turns": counts["dropped_turns"],
                **{f"openclaw/{k}": v for k, v in staleness_metrics(
                    [self.engine.policy_version - ex.policy_version for ex in taken], self.cfg.max_staleness).items()}}

@@ -52,10 +52,10 @@ Role "user" (the user's next message):
   +1  ``approval``: "thanks", "thank you", "thx", "ty", "cheers", "appreciated", "great", "perfect",
       "ok", "got it", "awesome", "nice", "good", "correct", "love", "beautiful", "cool", "helpful",
       "works/worked", "like a charm", "yes", "that's the one", "exactly", "sounds good/right",
-      "makes sense", "keep it up", "keep them coming", a thumbs-up ...; but first, when the request is given, ``same_request``: a
-      message of at least 2 words (two letters or more, or numbers) of which at least 60% repeat
-      the request is a rephrasing (-1), "please" or "good" in it notwithstanding (approval words
-      themselves are not counted, so thanking twice is still thanks).
+      "makes sense", "keep it up", "keep them coming", a thumbs-up ...; but first, when the request is
+      given, ``same_request``: a message of at least 2 words (two letters or more, or numbers) of
+      which at least 60% repeat the request is a rephrasing (-1), "please" or "good" in it
+      notwithstanding (approval words themselves are not counted, so thanking twice is still thanks).
   Then: ``same_request`` as above (-1); ``new_request`` (+1): a question ("...?", or one opening
   with what / how / who / can you / is ...) or a request opening with a common task verb (write,
   translate, book, remind, move ...), possibly after "ok", "now", "also", "and": the user moved on
@@ -375,6 +375,11 @@ def content_words(text: str) -> set[str]:
 # ---------------------------------------------------------------- hints (see the module docstring)
 
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?;])\s+|\n+")
+
+
+def sentences(text: str) -> list[str]:
+    """The non-empty sentences (and ``;`` clauses, and lines) of ``text``, as the hint rules read them."""
+    return [s for s in _SENTENCE_BREAK.split(text) if s.strip()]
 _CONTRAST = r"\b(?:but|though|however|although)\b"
 _CLAUSE_BREAK = re.compile(rf",|:|\s[-\u2013\u2014]+\s|{_CONTRAST}", re.I)
 _FILLER_LEAD = re.compile(
@@ -557,7 +562,7 @@ def heuristic_hint(next_state: str, role: str, max_chars: int | None = None) -> 
     if role != "user" or not next_state:
         return None
     text = next_state.replace("\u2019", "'").replace("\u2018", "'")
-    found = [h for s in _SENTENCE_BREAK.split(text) if s.strip() and (h := _sentence_hint(s)) is not None]
+    found = [h for s in sentences(text) if (h := _sentence_hint(s)) is not None]
     if not any(strong for _, strong in found) and heuristic_vote(next_state, role) != -1:
         return None
     picked: list[str] = []

@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 
 from slime_ext.chat.memory import retraction
 from slime_ext.judge.backends import Judge, JudgeInput, error_text
-from slime_ext.judge.heuristic import heuristic_hint, heuristic_rule
+from slime_ext.judge.heuristic import heuristic_hint, heuristic_rule, sentences
 from slime_ext.judge.hints import HintJudge
 
 log = logging.getLogger(__name__)
@@ -45,17 +44,14 @@ def is_standing_preference(next_state: str, role: str) -> bool:
     return role == "user" and heuristic_rule(next_state, role) == "preference"
 
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-
-
 def standing_part(next_state: str, hint: str) -> str:
     """What of a standing preference the memory keeps: the accepted ``hint``, or, when the user's message also says
     things about this answer alone ("The answer is 42, not 40. From now on, show your working."; "Use the
-    student's name, Lena. Don't forget to encourage them."), only its sentences that state a standing preference,
+    student's name, Lena. Please always encourage them."), only its sentences that state a standing preference,
     each as a hint (``heuristic_hint``): the rest would be wrong for every later request."""
-    sentences = [x for x in _SENTENCE_END.split(next_state.strip()) if x.strip()]
-    standing = [x for x in sentences if is_standing_preference(x, "user")]
-    if not standing or len(standing) == len(sentences):
+    said = sentences(next_state)
+    standing = [x for x in said if is_standing_preference(x, "user")]
+    if not standing or len(standing) == len(said):
         return hint
     return " ".join(heuristic_hint(x, "user") or x for x in standing)
 

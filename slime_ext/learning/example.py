@@ -76,6 +76,12 @@ class Example:
     def key(self) -> Key:
         return self.session_id, self.turn
 
+    @property
+    def hinted(self) -> bool:
+        """Taught by a teacher shown a hint or the user's preferences (not topk_select's unhinted teacher): the one
+        whose log-probs are the sample's teacher term, and whose prompt fresh group members are drawn under."""
+        return self.teaching is not None and bool(self.teaching.hints)
+
     @classmethod
     def from_row(cls, row: JudgedTurn) -> Example:
         """A judged turn as the store reads it back (``Store.trainable_turns``, ``replay_turns``)."""
@@ -109,7 +115,8 @@ class Example:
             status=Sample.Status.TRUNCATED if self.finish_reason == "length" else Sample.Status.COMPLETED,
             loss_mask=[0] * self.forced + [1] * (len(self.response_ids) - self.forced),
             rollout_log_probs=list(self.rollout_logprobs),
-            teacher_log_probs=list(t.logprobs) if t and t.hints else None, reward=float(self.verdict), session_id=self.session_id,
+            teacher_log_probs=list(t.logprobs) if self.hinted else None, reward=float(self.verdict),
+            session_id=self.session_id,
             metadata={"session_id": self.session_id, "turn": self.turn, "user": self.user,
                       "teacher_topk": t.topk if t else None, "policy_version": self.policy_version,
                       "policy_version_end": self.policy_version_end, "temperature": self.temperature,

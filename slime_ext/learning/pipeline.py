@@ -117,12 +117,13 @@ class Pipeline:
     # ------------------------------------------------------------------ teach and check
     def teach(self, ex: Example, out: Prepared) -> tuple[Example, str | None]:
         """The student without the memory, the teacher stage and the teacher check for one example (the teacher
-        under OPD / Combine, for a hinted example or one served with the memory); why it is dropped."""
+        under OPD / Combine, for a hinted example or one served with the memory; with ``distill: topk_select``, for
+        a verdict alone too, against the unhinted teacher); why it is dropped."""
         ex, method = self.student(ex), self.config.method
         if not method.uses_hints:
             return ex, None
         hints = self.hints_of(ex)
-        if not hints:  # only a turn served with the memory gets here without a hint (select)
+        if not hints:  # a verdict alone (Combine), or a memory turn whose preferences the teacher follows none of
             if ex.memory and (method is Method.OPD or not ex.verdict):
                 return ex, "served with the memory, but the teacher follows none of its preferences: nothing to distill"
             if self.config.distill is Distill.TOPK_SELECT:  # upstream: the top-K term against the unhinted teacher too
@@ -191,7 +192,7 @@ class Pipeline:
         """The taken example's sample, its fresh group members (``group_size`` > 1) and demonstrations
         (``sft_coef`` > 0); an unhinted example is a group of one."""
         sample, cfg = ex.sample(), self.config
-        if ex.teaching is None or not ex.teaching.hints or (cfg.groups.size <= 1 and not cfg.sft_coef):
+        if not ex.hinted or (cfg.groups.size <= 1 and not cfg.sft_coef):
             return [sample]
         seed = zlib.crc32(f"{version}:{ex.session_id}:{ex.turn}".encode())  # reproducible
         members = [sample]
@@ -230,7 +231,7 @@ class Pipeline:
         if out.checks:  # the teacher checks of this step: seconds spent, hints the teacher does not follow
             m.update(teacher_check_s=sum(c["seconds"] for _, _, c in out.checks),
                      hints_unfollowed=sum(not c["follows"] for _, _, c in out.checks))
-        hinted = [ex for ex in out.taken if ex.teaching is not None and ex.teaching.hints]
+        hinted = [ex for ex in out.taken if ex.hinted]
         m["hinted_turns"] = len(hinted)
         unmemorized = [ex for ex in out.taken if ex.verdict_weights is not None]  # served with the memory, trained without
         if unmemorized:

@@ -120,7 +120,8 @@ def teach_candidates(ex: Example, candidates: Sequence[str | Sequence[str]], *, 
     chosen = select_support(student, teachers, term.topk, term.select_rule, term.support, term.clip)
     picked = teachers.gather(0, chosen.choice.view(1, -1, 1).expand(1, *teachers.shape[1:]))[0]
     logprobs = picked.gather(1, torch.tensor(response)[:, None])[:, 0].tolist()
-    selection = {"session_id": ex.session_id, "turn": ex.turn, "candidates": [hint_text(h) if as_hints(h) else "" for h, _ in kept],
+    names = [hint_text(h) if as_hints(h) else "" for h, _ in kept]  # "": the unhinted teacher
+    selection = {"session_id": ex.session_id, "turn": ex.turn, "candidates": names,
                  "chosen": torch.bincount(chosen.choice, minlength=len(kept)).tolist(),
                  "overlap": chosen.overlap.sum(-1).tolist()}
     return ex.taught(Teaching(kept[0][1], logprobs, chosen.support, as_hints(kept[0][0]), selection)), None

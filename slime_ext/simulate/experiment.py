@@ -62,7 +62,8 @@ from slime_ext.launch import ServerProcess
 from slime_ext.simulate.adaptation import adaptation_table
 from slime_ext.simulate.client import ChatClient
 from slime_ext.simulate.llm_persona import LLMPersona
-from slime_ext.simulate.personas import JOINT_PERSONAS, PERSONAS, JointPersona, Persona, RoleTask, get_persona, role_tasks
+from slime_ext.simulate.personas import (JOINT_PERSONAS, PERSONAS, JointPersona, Persona, RoleTask, get_persona,
+                                         role_tasks)
 from slime_ext.simulate.questions import correctness_tasks, preference_tasks
 from slime_ext.simulate.tasks import grading_tasks, math_tasks
 from slime_ext.trainers.canary import distinct_n
@@ -421,7 +422,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", default="combine,opd,binary", help="comma-separated --method values [combine,opd,binary]")
     p.add_argument("--personas", default="one_sentence,under_ten,sure,asks_back",
                    help="comma-separated personas: " + ", ".join([*PERSONAS, *JOINT_PERSONAS])
-                   + " (joint: upstream's student, TA and teacher roles in turn, one server) [one_sentence,under_ten,sure,asks_back]")
+                   + " (joint: upstream's student, TA and teacher roles in turn, one server) "
+                     "[one_sentence,under_ten,sure,asks_back]")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated integer seeds [0,1,2]")
     p.add_argument("--model", default="smollm2-135m", help="the served model [smollm2-135m]")
     p.add_argument("--sessions", type=int, default=24, help="training sessions per run [24]")

@@ -227,6 +227,7 @@ TEACHER = Persona(
     thanks="Perfect, thank you!",
 )
 
+
 def _says_right(t: Task, r: str) -> bool:
     """The comment's verdict on the student's answer is the true one: right when it is, wrong when it is not."""
     wrong = _has_phrase(r, WRONG_WORDS)
@@ -248,7 +249,8 @@ TA = Persona(
         Check("specific", lambda t, r: sentence_count(r) >= TA_MIN_SENTENCES,
               lambda t: f"Don't be so brief, you should explain it in at least {TA_MIN_SENTENCES} sentences."),
     ),
-    opener=lambda t: f"I'm the TA for this class and need your help grading. {t.prompt}\nThe correct answer is {t.answer}.",
+    opener=lambda t: (f"I'm the TA for this class and need your help grading. {t.prompt}\n"
+                      f"The correct answer is {t.answer}."),
     thanks="Great, thank you!",
 )
 
@@ -354,11 +356,6 @@ class JointPersona:
 
     name: str
     roles: tuple[Persona, ...]
-    task_kind: str = "joint"
-
-    @property
-    def preference(self) -> str:
-        return "; ".join(f"{r.name}: {r.preference}" for r in self.roles)
 
     def first_message(self, t: RoleTask) -> str:
         return t.role.first_message(t.task)

@@ -291,9 +291,9 @@ class Store:
                 "INSERT INTO votes (session_id, turn_idx, vote_idx, value, text, at, kind) VALUES (?,?,?,?,?,?,?)", rows)
             self._conn.execute("UPDATE turns SET verdict=?, judged_at=?, hint=?, hint_judged_at=? WHERE session_id=? AND idx=?",
                                (verdict, now, hint, now if hint_votes is not None else None, session_id, idx))
-            preference = (preference or hint or "").strip() if hint else ""
-            if preference and preference_key(preference):
-                self._add_preference(session_id, idx, preference, standing, now)
+            kept = (preference or hint).strip() if hint else ""  # only an accepted hint makes a preference
+            if kept and preference_key(kept):
+                self._add_preference(session_id, idx, kept, standing, now)
 
     def _add_preference(self, session_id: str, idx: int, hint: str, standing: bool, now: float) -> None:
         """Within a transaction: the turn's user's preference ``hint`` (a known one is refreshed, and
