@@ -1,8 +1,10 @@
 """Our server against llama.cpp's ``llama-server`` on the same CPU, same model, same requests, in one run.
 
-Both servers serve SmolLM2-135M-Instruct (ours: ``openclaw-rl serve --method none`` with its default dtype
-and ``--threads``; llama.cpp: the packaged Q4_1 GGUF with ``-t``), one after the other so they never share
-the cores. At each concurrency level, a closed loop keeps that many streaming ``/v1/chat/completions`` in
+Both servers serve SmolLM2-135M-Instruct (llama.cpp: the packaged Q4_1 GGUF with ``-t``; ours: in each of
+``--modes``, with ``--threads``: ``none`` is ``openclaw-rl serve --method none``, serving alone; ``learning`` is
+``make serve``'s defaults, learning on (Combine, the canary, the trainer process beside the engine; these
+requests are never followed up, so nothing is judged and the trainer stays idle: its cost while it computes is
+``learning_latency.py``'s)), one after the other so they never share the cores. At each concurrency level, a closed loop keeps that many streaming ``/v1/chat/completions`` in
 flight (``max_tokens`` 64, temperature 1, a fixed seed per request, ``ignore_eos`` so both produce exactly
 ``max_tokens`` tokens; the completion tokens each reports are checked to match). Then the prefill of an
 OpenClaw-sized prompt: its ~13k tokens exceed SmolLM2's 8,192-token context, so both get the same
@@ -52,6 +54,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2, help="threads of each server [2]")
     p.add_argument("--prefill-tokens", type=int, default=7900, help="tokens of the long prompt [7900]")
     p.add_argument("--prefill-runs", type=int, default=2, help="long-prompt prefills per server [2]")
+    p.add_argument("--modes", default="none,learning",
+                   help="our server's modes, comma-separated: none (serving only), learning (make serve's defaults) "
+                        "[none,learning]")
     p.add_argument("--serve-args", default="", help="more arguments for openclaw-rl serve (quoted)")
     p.add_argument("--out", default=None, help="JSON output path [bench/results/vs_llamacpp.json]")
     return p.parse_args(argv)
@@ -157,36 +162,49 @@ async def run(args) -> dict:
         result["llama_cpp"] = await levels(llama.base, args)
     finally:
         llama.stop()
-    print(f"openclaw-rl serve (threads {args.threads}, {args.serve_args or 'defaults'})...", file=sys.stderr)
-    ours = Server("smollm2-135m", threads=args.threads, extra=shlex.split(args.serve_args)).start()
-    try:
-        result["ours_dtype"] = ours.health().get("dtype")
-        result["ours"] = await levels(ours.base, args)
-    finally:
-        ours.stop()
+    result["ours"] = {}
+    for mode in args.modes.split(","):
+        if mode not in MODES:
+            raise SystemExit(f"--modes: {mode!r} is not one of {', '.join(MODES)}")
+        extra = [*MODES[mode], *shlex.split(args.serve_args)]
+        print(f"openclaw-rl serve {' '.join(extra)} (threads {args.threads})...", file=sys.stderr)
+        ours = Server("smollm2-135m", threads=args.threads, extra=extra).start()
+        try:
+            health = ours.health()
+            result["ours"][mode] = {"dtype": health.get("dtype"), "serve_args": extra,
+                                    "trainer": health.get("training", {}).get("trainer", {}).get("state"),
+                                    **await levels(ours.base, args)}
+        finally:
+            ours.stop()
     result["env"]["loadavg_end"] = os.getloadavg()
     return result
 
 
+MODES = {"none": ["--method", "none"], "learning": ["--method", "combine"]}  # combine: make serve's default
+
+
 def report(result: dict) -> str:
-    a, ours, llama = result["args"], result["ours"], result["llama_cpp"]
-    rows = []
-    for c in ours["levels"]:
-        o, ll = ours["levels"][c], llama["levels"][c]
-        same = "yes" if (o["tokens_min"], o["tokens_max"]) == (ll["tokens_min"], ll["tokens_max"]) else "NO"
-        rows.append([c, ll["tokens_per_s"], o["tokens_per_s"], o["tokens_per_s"] / ll["tokens_per_s"],
-                     ll["ttft_ms"]["p50"], o["ttft_ms"]["p50"], same])
-    pre_o, pre_l = min(ours["prefill_s"]), min(llama["prefill_s"])
-    rows.append([f"prefill {a['prefill_tokens']} tokens (s, best of {a['prefill_runs']})", pre_l, pre_o, pre_l / pre_o,
-                 "", "", ""])
-    return "\n".join([
-        f"## Ours vs llama.cpp: SmolLM2-135M, {a['threads']} threads each, max_tokens {a['max_tokens']}, "
-        f"temperature 1, ignore_eos; ours: {a['serve_args'] or 'default serve settings'} (dtype {result.get('ours_dtype')})",
-        "", md_table(["concurrency", "llama.cpp tok/s", "ours tok/s", "ours / llama.cpp", "llama.cpp TTFT p50 ms",
-                      "ours TTFT p50 ms", "same token counts"], rows),
-        "", "For the prefill row the ratio is llama.cpp's time / ours (above 1: ours is faster).",
-        f"Load average at start {tuple(round(x, 2) for x in result['env']['loadavg'])}, at end "
-        f"{tuple(round(x, 2) for x in result['env']['loadavg_end'])}."])
+    a, llama = result["args"], result["llama_cpp"]
+    out = [f"## Ours vs llama.cpp: SmolLM2-135M, {a['threads']} threads each, max_tokens {a['max_tokens']}, "
+           f"temperature 1, ignore_eos; extra serve arguments: {a['serve_args'] or 'none'}"]
+    for mode, ours in result["ours"].items():
+        rows = []
+        for c in ours["levels"]:
+            o, ll = ours["levels"][c], llama["levels"][c]
+            same = "yes" if (o["tokens_min"], o["tokens_max"]) == (ll["tokens_min"], ll["tokens_max"]) else "NO"
+            rows.append([c, ll["tokens_per_s"], o["tokens_per_s"], o["tokens_per_s"] / ll["tokens_per_s"],
+                         ll["ttft_ms"]["p50"], o["ttft_ms"]["p50"], same])
+        pre_o, pre_l = min(ours["prefill_s"]), min(llama["prefill_s"])
+        rows.append([f"prefill {a['prefill_tokens']} tokens (s, best of {a['prefill_runs']})", pre_l, pre_o,
+                     pre_l / pre_o, "", "", ""])
+        out += ["", f"### ours: {mode} ({' '.join(ours['serve_args'])}; dtype {ours['dtype']}, trainer "
+                    f"{ours['trainer'] or 'none'})", "",
+                md_table(["concurrency", "llama.cpp tok/s", "ours tok/s", "ours / llama.cpp", "llama.cpp TTFT p50 ms",
+                          "ours TTFT p50 ms", "same token counts"], rows)]
+    out += ["", "For the prefill rows the ratio is llama.cpp's time / ours (above 1: ours is faster).",
+            f"Load average at start {tuple(round(x, 2) for x in result['env']['loadavg'])}, at end "
+            f"{tuple(round(x, 2) for x in result['env']['loadavg_end'])}."]
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

@@ -42,9 +42,10 @@ class ServeConfig(LearningConfig):
     user_keys: dict[str, str] = setting(help="per-user API keys: {user name: key}", factory=dict, flag="",
                                         group=SERVING)
     served_model_name: str = setting("", "model id reported by /v1/models", group=SERVING, shown="the --model value")
-    dtype: str = setting("auto", "engine dtype: auto, bfloat16 or float32; auto: float32 while training (exact "
-                                 "log-probs), bfloat16 with --method none on a CPU with native bf16 (faster), bfloat16 "
-                                 "on CUDA; the start-up log says which and why", group=SERVING, drivers=EMBEDDED,
+    dtype: str = setting("auto", "engine dtype: auto, bfloat16 or float32; auto: bfloat16 where it is native (a CPU "
+                                 "with AVX-512 BF16 or AMX, packed: about 2x faster; CUDA), float32 elsewhere; the "
+                                 "trainer re-scores what it learns from in float32 either way; the start-up log says "
+                                 "which and why", group=SERVING, drivers=EMBEDDED,
                          slime=SGLANG_SERVES, choices=("auto", "bfloat16", "float32"))
     device: str = setting("auto", "where the engine and the trainer compute: auto (the first CUDA GPU, else the CPU), "
                                   "cpu, cuda or cuda:N; a GPU that is not there is refused at once", group=SERVING,
@@ -56,8 +57,9 @@ class ServeConfig(LearningConfig):
     sglang_url: str = setting("", "the SGLang server's address, e.g. http://127.0.0.1:30001 (with --engine sglang; "
                                   "its API key from $SGLANG_API_KEY)", group=SERVING, drivers=EMBEDDED,
                               slime=SGLANG_SERVES)
-    threads: int = setting(0, "torch threads for the engine; 0: all cores but one while training, all when serving "
-                              "only", group=SERVING, shown="0", drivers=EMBEDDED, slime=SGLANG_SERVES)
+    threads: int = setting(0, "torch threads for the engine, and for the trainer beside it (which computes at idle "
+                              "priority, on the cores the engine leaves); 0: all cores", group=SERVING, shown="0",
+                           drivers=EMBEDDED, slime=SGLANG_SERVES)
     max_batch_size: int = setting(32, "sequences decoded together", group=SERVING, drivers=EMBEDDED,
                                   slime=SGLANG_SERVES)
     prefix_cache_tokens: int = setting(32768, "prompt KV kept for reuse across requests, in tokens; 0: off",

@@ -44,11 +44,10 @@ def build_server(cfg: ServeConfig, engine=None, tokenizer=None):
 
         engine = SGLangEngine(cfg.sglang_url, api_key=os.environ.get("SGLANG_API_KEY"), lora=True)
     elif embedded:
-        threads = cfg.threads or (max(1, (os.cpu_count() or 1) - 1) if cfg.learns else None)
         engine = LocalEngine(
-            model_dir, dtype=cfg.dtype, threads=threads,
+            model_dir, dtype=cfg.dtype, threads=engine_threads(cfg),
             max_batch_size=cfg.max_batch_size, context_length=cfg.context_length or None,
-            prefix_cache_tokens=cfg.prefix_cache_tokens, device=str(device), training=cfg.learns,
+            prefix_cache_tokens=cfg.prefix_cache_tokens, device=str(device),
         )
     store = Store(cfg.resolved_run_dir())
     tracker = SessionTracker(
@@ -75,14 +74,23 @@ def build_server(cfg: ServeConfig, engine=None, tokenizer=None):
                       trainer=trainer)
 
 
+def engine_threads(cfg: ServeConfig) -> int:
+    """The embedded engine's torch threads: ``--threads``, or every core. Learning on too: the trainer computes
+    at idle priority on the cores the engine leaves (``trainers/process.py``)."""
+    return cfg.threads or os.cpu_count() or 1
+
+
 def trainer_supervisor(cfg: ServeConfig):
-    """The embedded trainer's supervisor (``trainers/process.py``), not started yet."""
+    """The embedded trainer's supervisor (``trainers/process.py``), not started yet: on the CPU, on as many
+    threads as the engine (at idle priority); on a GPU, one CPU thread."""
+    from slime_ext.engines.device import resolve_device
     from slime_ext.trainers.process import TrainerSupervisor, start_trainer_process
 
     run_dir = str(cfg.resolved_run_dir())
     trainer_config = cfg.trainer_config()
-    return TrainerSupervisor(lambda: start_trainer_process(cfg.model, run_dir, trainer_config, device=cfg.device),
-                             run_dir)
+    threads = engine_threads(cfg) if resolve_device(cfg.device).type == "cpu" else 1
+    return TrainerSupervisor(lambda: start_trainer_process(cfg.model, run_dir, trainer_config, device=cfg.device,
+                                                           threads=threads), run_dir)
 
 
 def start_background(server: ChatServer) -> list[asyncio.Task]:

@@ -170,10 +170,13 @@ def test_a_killed_trainer_is_started_again_and_reported(make_server):
     srv = make_server(extra=["--method", "binary", "--batch-size", "2", "--lora-rank", "4", "--no-canary"])
     first = wait(lambda: srv.health()["training"]["trainer"]["pid"], 60)
     wait(lambda: srv.health()["training"]["trainer"]["state"] == "idle", 120)
+    assert os.sched_getscheduler(first) == os.SCHED_IDLE  # serving has the cores whenever it computes
     os.kill(first, signal.SIGKILL)  # an out-of-memory kill, say
     wait(lambda: srv.health()["training"]["trainer"]["restarts"] == 1, 60)
     again = wait(lambda: srv.health()["training"]["trainer"]["pid"], 60)
     assert again != first and "the trainer exited (code -9" in srv.log_path.read_text()
+    wait(lambda: "computing on" in srv.log_path.read_text().split("the trainer exited")[-1], 60)
+    assert os.sched_getscheduler(again) == os.SCHED_IDLE  # the restarted one too
     for i, feedback in enumerate(["Thanks, perfect!", "No, that's wrong."]):  # and it still learns
         u = {"role": "user", "content": f"question {i}"}
         reply = srv.chat([u], seed=i)["choices"][0]["message"]["content"]

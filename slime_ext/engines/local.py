@@ -115,7 +115,6 @@ class LocalEngine:
         attn_implementation: str = "sdpa",
         device: str = "cpu",
         pack_weights: bool = True,
-        training: bool = True,
     ) -> None:
         import torch
 
@@ -124,7 +123,7 @@ class LocalEngine:
         self._torch = torch
         self.device = resolve_device(device)
         self.threads = threads or os.cpu_count() or 1
-        name, why = resolve_dtype(dtype, device=self.device.type, training=training)
+        name, why = resolve_dtype(dtype, device=self.device.type)
         log.info("engine dtype %s (%s), on %s", name, why, self.device)
         self.dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[name]
         self.model_dir = Path(model_dir)
@@ -645,30 +644,23 @@ _NO_FROZEN_BASE = ("frozen_base: a full-weight update replaced the base weights,
                    "model to sample from (the self judge needs LoRA training)")
 
 
-def resolve_dtype(dtype: str, cpuinfo: str | None = None, device: str = "cpu", training: bool = True) -> tuple[str, str]:
+def resolve_dtype(dtype: str, cpuinfo: str | None = None, device: str = "cpu") -> tuple[str, str]:
     """The engine's dtype for ``dtype`` (``auto``, ``float32``, ``bfloat16``) on ``device`` (its type) and why.
 
-    On a CUDA GPU ``auto`` is bfloat16 (what GPUs compute fast; the trainer's log-probs then drift ~3e-2).
-    On the CPU, while a trainer learns from the recorded log-probs (``training``), ``auto`` is
-    float32: they then equal what a full forward pass and the float32 trainer compute to ~1e-6
-    instead of ~3e-2. Serving alone, on a CPU that computes bf16 natively (AVX-512 BF16 or AMX),
-    ``auto`` is bfloat16 with packed weights: about twice the float32 tokens/s and prefill speed
-    (figures in docs/engine.md, "dtype"). Without native bf16 it is emulated, slower.
+    ``auto`` is bfloat16 where it is computed natively: on a CUDA GPU, and on a CPU with AVX-512 BF16 or
+    AMX, with packed weights (about twice the float32 tokens/s and prefill speed: docs/engine.md, "dtype").
+    Also while the server trains: the trainer re-scores each turn's log-probs in float32 itself and corrects
+    the ~3e-2 per-token gap with truncated importance weights (``learning/memory.py: rescored``). Without
+    native bf16 it would be emulated, slower: float32.
     """
     if dtype != "auto":
         return dtype, "asked for"
     if device == "cuda":
         return "bfloat16", "auto on a CUDA GPU"
-    native = native_bf16(_read_cpuinfo() if cpuinfo is None else cpuinfo)
-    if native and not training:
-        return "bfloat16", ("auto, serving without training on a CPU with native bf16: packed bf16 decodes and "
-                            "prefills about 2x faster than float32")
-    if native:
-        why = ("--dtype bfloat16 would decode and prefill about 2x faster on this CPU (native bf16), at ~3e-2 "
-               "log-prob drift from the trainer")
-    else:
-        why = "this CPU has no native bf16, so bfloat16 would be emulated and slower"
-    return "float32", f"auto while training: float32 records log-probs the float32 trainer reproduces; {why}"
+    if native_bf16(_read_cpuinfo() if cpuinfo is None else cpuinfo):
+        return "bfloat16", ("auto on a CPU with native bf16: packed bf16 decodes and prefills about 2x faster than "
+                            "float32 (a trainer re-scores what it learns from in float32)")
+    return "float32", "auto on a CPU without native bf16 (AVX-512 BF16 or AMX): bfloat16 would be emulated, slower"
 
 
 def native_bf16(cpuinfo: str) -> bool:

@@ -80,7 +80,7 @@ class RunSettings:
         return DEFAULT_STEP_WEIGHT if self.judged else 0.0
 
 
-def _load(settings: RunSettings):
+def _load(settings: RunSettings, dtype: str = "auto"):
     from transformers import AutoTokenizer
 
     from slime_ext.chat.prompt import PromptRenderer, stop_token_ids
@@ -91,7 +91,7 @@ def _load(settings: RunSettings):
     resolve_device(settings.device)  # a GPU that is not there is refused before a model is converted or loaded
     model_dir = resolve_model(settings.model, progress=lambda m: print(m, file=sys.stderr))
     tok = AutoTokenizer.from_pretrained(model_dir)
-    engine = LocalEngine(model_dir, dtype="auto", threads=settings.threads, device=settings.device)
+    engine = LocalEngine(model_dir, dtype=dtype, threads=settings.threads, device=settings.device)
     sampling = SamplingParams(temperature=settings.temperature, max_new_tokens=settings.max_new_tokens,
                               stop_token_ids=stop_token_ids(tok))
     return model_dir, tok, PromptRenderer(tok), engine, sampling
@@ -183,7 +183,12 @@ def train(settings: RunSettings, out_dir: Path, steps: int = 4, episodes: int = 
     if not tasks:
         raise ValueError(f"setting {settings.setting!r} has no train tasks")
     out_dir.mkdir(parents=True, exist_ok=True)
-    model_dir, tok, renderer, engine, sampling = _load(settings)
+    # float32 on the CPU: this loop's PPO ratio is against the engine's recorded log-probs (no re-scoring, unlike
+    # serve's trainer), and a CPU's bf16 would put them ~3e-2 from the trainer's; a GPU serves bf16 (auto)
+    from slime_ext.engines.device import resolve_device
+
+    cpu = resolve_device(settings.device).type == "cpu"
+    model_dir, tok, renderer, engine, sampling = _load(settings, "float32" if cpu else "auto")
     judge = _make_judge(settings)  # once for the run: every round's episodes share it
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(engine.device)
     # Agent episodes are long (a 6-turn GUI episode is ~4-5k tokens): 6.0 GB peak on smollm2 with this (and

@@ -65,9 +65,11 @@ class Example:
     request: Request
     memory: tuple[str, ...] = ()  # the standing preferences the preference memory served it with
     forced: int = 0  # the response's first tokens the memory gave (its opening, chat/memory.py), not sampled
-    # a memory turn trained without its memory (``learning/memory.py``): each token's truncated importance weight
-    # pi_old(no memory) / recorded(with it), which corrects the verdict term for having been sampled with it
+    # a turn whose pi_old the trainer re-scored (``learning/memory.py``: a memory turn trained without its memory, or
+    # any turn with ``rescore``): each token's truncated importance weight pi_old / recorded, which corrects the
+    # verdict term for the distribution (the memory, another version, the engine's numerics) that sampled it
     verdict_weights: list[float] | None = None
+    recorded_logprobs: list[float] | None = None  # re-scored: what the engine recorded (rollout_logprobs is pi_old)
     failures: int = 0  # training steps that raised with this turn in them
     refusals: int = 0  # catch-up steps the canary refused with this turn in them
     teaching: Teaching | None = None
@@ -104,7 +106,7 @@ class Example:
     def sample(self) -> Sample:
         """The example as a Slime ``Sample``: the recorded tokens and log-probs, its verdict as the reward,
         the teacher's log-probs when a hint taught it (and the distillation kind's top-k when it has one), the
-        temperature it was sampled at, whether it was cut at the token limit (``status``), and a memory turn's
+        temperature it was sampled at, whether it was cut at the token limit (``status``), and a re-scored turn's
         verdict weights (``verdict_weights``).
         Tokens the memory gave (``forced``: its opening) carry no loss, with the memory or without it (the student,
         ``learning/memory.py``): they were not the policy's choice, and taught as an approved answer's tokens they broke

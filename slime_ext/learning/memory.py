@@ -22,6 +22,15 @@ is trained as context distillation (Snell et al. 2022), the memory learned into 
 
 A turn whose memory block is not in its recorded messages as served (a system prompt cut to fit the
 context took part of it) is trained as recorded.
+
+**pi_old re-scored for every turn (``rescore``, the embedded trainer).** The embedded engine may serve in
+another dtype than the float32 trainer (bfloat16 while training: docs/engine.md, "dtype"): its recorded
+log-probs are then ~3e-2 per token from what the trainer computes. So the trainer does not rely on them: a
+turn served without the memory is re-scored the same way (its own prompt), pi_old replaces the recorded
+log-probs (the PPO ratio starts at 1, the teacher gap compares the trainer's numbers with the trainer's),
+and the verdict term gets the same truncated importance weight ``min(pi_old / recorded, WEIGHT_CAP)``:
+decoupled PPO with truncated importance sampling, as Slime runs it with ``--get-mismatch-metrics`` and a
+TIS cap. It corrects a turn sampled by an older version too. On Slime, Megatron recomputes pi_old itself.
 """
 
 from __future__ import annotations
@@ -37,17 +46,25 @@ from slime_ext.logprobs import scoring_temperature
 WEIGHT_CAP = 2.0  # the truncated importance weight's bound (the usual TIS cap)
 
 
-def student_example(ex: Example, *, renderer, policy: Scorer) -> tuple[Example, str | None]:
-    """``ex`` as the student without its memory (module docstring); unchanged when it was served without one,
-    or unchanged with the reason when its memory cannot be taken out."""
+def student_example(ex: Example, *, renderer, policy: Scorer, rescore: bool = False) -> tuple[Example, str | None]:
+    """``ex`` as the student without its memory (module docstring), with pi_old and verdict weights; served
+    without one, re-scored on its own prompt with ``rescore``, else unchanged; unchanged with the reason when its
+    memory cannot be taken out."""
     if not ex.memory:
-        return ex, None
+        return (rescored(ex, ex.prompt_ids, policy) if rescore else ex), None
     r = ex.request
     messages = without_memory(r.messages, list(ex.memory))
     if messages is None:
         return ex, "the memory block is not in the recorded prompt as served (cut to fit the context?)"
-    prompt = r.render(renderer, messages)
+    student = dataclasses.replace(ex, request=dataclasses.replace(r, messages=messages))
+    return rescored(student, r.render(renderer, messages), policy), None
+
+
+def rescored(ex: Example, prompt: list[int], policy: Scorer) -> Example:
+    """``ex`` after ``prompt``: pi_old (the policy's log-probs of the recorded response there, at the turn's
+    sampling temperature) in place of the recorded log-probs, and each token's truncated importance weight
+    ``min(pi_old / recorded, WEIGHT_CAP)`` on its verdict term."""
     old = policy.logprobs(prompt, ex.response_ids, scoring_temperature(ex.temperature))
     weights = [math.exp(min(o - s, math.log(WEIGHT_CAP))) for o, s in zip(old, ex.rollout_logprobs)]
     return dataclasses.replace(ex, prompt_ids=prompt, rollout_logprobs=old, verdict_weights=weights,
-                               request=dataclasses.replace(r, messages=messages)), None
+                               recorded_logprobs=ex.rollout_logprobs)

@@ -5,9 +5,10 @@
 - ``advantages(sample, baseline)``: its per-token advantage, from the sample's own fields through
   ``algorithms/advantages.py: combined_advantages`` (the one formula): the verdict term (``reward -
   baseline``; a group member's group-normalized advantage; a fixed one for a context-distillation
-  sample) and the teacher term (``clip(teacher - rollout)``). A turn served with the preference memory and
-  trained without it has its verdict term weighted per token (``metadata["verdict_weights"]``: truncated
-  importance weights, ``learning/memory.py``). One term, or the two apart when the
+  sample) and the teacher term (``clip(teacher - rollout)``). A turn whose pi_old the trainer re-scored
+  (served with the preference memory and trained without it, or any turn of the embedded trainer) has its
+  verdict term weighted per token (``metadata["verdict_weights"]``: truncated importance weights,
+  ``learning/memory.py``). One term, or the two apart when the
   teacher term is clipped on its own (``distill: topk_select_token``).
 - ``loss(...)``: the policy loss over those terms (the built-in PPO or the user's, one call per
   term), with the KL term to the reference (``kl_coef``) and truncated importance sampling against
@@ -84,7 +85,7 @@ class Objective:
         rollout = torch.tensor(sample.rollout_log_probs, dtype=torch.float32)
         teacher = torch.tensor(sample.teacher_log_probs, dtype=torch.float32) if sample.teacher_log_probs else None
         verdict = combined_advantages(reward, rollout, teacher, dataclasses.replace(self.weights, w_opd=0.0), b)
-        if meta.get("verdict_weights") is not None:  # a memory turn trained without its memory (learning/memory.py)
+        if meta.get("verdict_weights") is not None:  # pi_old re-scored by the trainer (learning/memory.py)
             verdict = verdict * torch.tensor(meta["verdict_weights"], dtype=torch.float32)
         taught = combined_advantages(0.0, rollout, teacher, dataclasses.replace(self.weights, w_rl=0.0))
         return [verdict, taught] if self.separate_teacher_term else [verdict + taught]

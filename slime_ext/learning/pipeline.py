@@ -5,8 +5,8 @@ One example, top to bottom (``Pipeline.prepare``):
     Example.from_row(store row)                 learning/example.py   (the driver reads the store)
     select(...) -> candidates, drops            learning/select.py    (the driver writes the drops)
     for each candidate, until the step is full:
-        student: a turn served with the preference memory, without it (its pi_old and verdict weights)
-                                                learning/memory.py
+        student: a turn served with the preference memory, without it (its pi_old and verdict weights); with
+                 ``rescore`` (the embedded trainer) every other turn's pi_old too     learning/memory.py
         teach: the teacher's log-probs under the hint (topk_select: of each candidate hint; an unhinted turn
                its top-K term against the unhinted teacher, as upstream)
                                                 learning/teacher.py
@@ -72,11 +72,14 @@ class Prepared:
 
 class Pipeline:
     """The stages over one driver's scorers: ``policy`` (the current weights: fresh samples, pi_old) and
-    ``teacher`` (the weights shown the hint). ``store`` is only read (hint votes, preferences, earlier turns)."""
+    ``teacher`` (the weights shown the hint). ``store`` is only read (hint votes, preferences, earlier turns).
+    ``rescore``: every turn's pi_old is the policy's, not the recorded log-probs (the embedded trainer, whose
+    engine may compute in another dtype; Slime recomputes pi_old in Megatron)."""
 
     def __init__(self, config: LearningConfig, renderer, store, *, policy: Scorer, teacher: Scorer,
-                 context: int = 0) -> None:
+                 context: int = 0, rescore: bool = False) -> None:
         self.config = config
+        self.rescore = rescore
         self.renderer = renderer
         self.store = store
         self.policy = policy
@@ -145,8 +148,9 @@ class Pipeline:
 
     def student(self, ex: Example) -> Example:
         """``ex`` trained without the preference memory it was served with (``learning/memory.py``); as recorded
-        when the memory cannot be taken out of its prompt (logged)."""
-        student, why = student_example(ex, renderer=self.renderer, policy=self.policy)
+        when the memory cannot be taken out of its prompt (logged). With ``rescore`` every turn's pi_old is the
+        policy's."""
+        student, why = student_example(ex, renderer=self.renderer, policy=self.policy, rescore=self.rescore)
         if why is not None:
             log.warning("turn %s/%s is trained with its memory: %s", ex.session_id, ex.turn, why)
         return student
@@ -225,7 +229,8 @@ class Pipeline:
     @staticmethod
     def metrics(out: Prepared) -> dict[str, Any]:
         """What the stages add to a step's metrics: hinted turns and the teacher gap, turns trained without the
-        memory they were served with (and their mean verdict weight), groups (formed,
+        memory they were served with (and their mean verdict weight), the mean |pi_old - recorded| of the other
+        re-scored turns (the engine's numerics against the trainer's, and staleness), groups (formed,
         constant, fresh samples and their mean implicit reward), context distillation, topk_select's choices."""
         m: dict[str, Any] = {}
         if out.checks:  # the teacher checks of this step: seconds spent, hints the teacher does not follow
@@ -233,10 +238,15 @@ class Pipeline:
                      hints_unfollowed=sum(not c["follows"] for _, _, c in out.checks))
         hinted = [ex for ex in out.taken if ex.hinted]
         m["hinted_turns"] = len(hinted)
-        unmemorized = [ex for ex in out.taken if ex.verdict_weights is not None]  # served with the memory, trained without
+        rescored = [ex for ex in out.taken if ex.verdict_weights is not None]
+        unmemorized = [ex for ex in rescored if ex.memory]  # served with the memory, trained without
         if unmemorized:
             weights = [w for ex in unmemorized for w in ex.verdict_weights]
             m.update(memory_turns=len(unmemorized), memory_weight_mean=sum(weights) / len(weights))
+        gaps = [abs(o - r) for ex in rescored if not ex.memory
+                for o, r in zip(ex.rollout_logprobs[ex.forced:], ex.recorded_logprobs[ex.forced:])]
+        if gaps:
+            m["rescored_logprob_gap"] = sum(gaps) / len(gaps)
         if hinted:
             gaps = [t - o for ex in hinted for t, o in zip(ex.teaching.logprobs, ex.rollout_logprobs)]
             m["teacher_gap_mean"] = sum(gaps) / len(gaps)

@@ -142,7 +142,9 @@ class OnlineTrainer:
         stops = stop_token_ids(renderer.tokenizer) if renderer is not None else []
         policy = TorchScorer.of(model, stops)
         teacher = TorchScorer(self.initial.weights, stops) if config.teacher is Teacher.BASE else policy
-        self.pipeline = Pipeline(config, renderer, store, policy=policy, teacher=teacher, context=self.context)
+        # pi_old re-scored for every turn: the engine may serve in bfloat16 (docs/engine.md, "dtype")
+        self.pipeline = Pipeline(config, renderer, store, policy=policy, teacher=teacher, context=self.context,
+                                 rescore=True)
 
     @property
     def context(self) -> int:

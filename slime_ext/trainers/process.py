@@ -5,7 +5,13 @@ store and writes ``checkpoints/v<N>``; the server's ``CheckpointWatcher`` swaps 
 into the engine. One trainer per run directory: it holds an exclusive lock (``trainer.lock``), so
 after a crash the restarted server's trainer waits for the old one to finish its step and exit
 instead of training the same turns a second time. A separate process keeps training's Python work
-off the serving process's GIL, and it computes with one thread so serving keeps the other core(s).
+off the serving process's GIL.
+
+**Cores go where the work is.** On the CPU the trainer computes on as many threads as the engine, at the
+lowest scheduling priority (``SCHED_IDLE``; ``nice 19`` where that is refused): a core the engine is
+decoding on is the engine's at once, and a core it leaves (between requests, while a user reads) is the
+trainer's. Serving keeps its speed while a step runs, and a step takes every core the engine is not using
+(docs/engine.md, "Serving while the trainer learns"). On a GPU it keeps one CPU thread at normal priority.
 
 **Supervised.** The trainer writes what it is doing and its last error, traceback included, to
 ``RUN_DIR/trainer.json`` (``TrainerStatus``). A step that raises (``StepFailed``: an out-of-memory on a
@@ -75,6 +81,11 @@ def trainer_main(model: str, run_dir: str, config, poll_s: float = 0.25, threads
     (``torch.set_default_device``). An error is recorded in ``trainer.json`` and ends the process (module doc)."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s trainer: %(message)s")
+    from slime_ext.engines.device import resolve_device
+
+    if resolve_device(device).type == "cpu":
+        log.info("computing on %d threads at %s: the engine's cores are the engine's when it decodes", threads,
+                 lowest_priority())
     from slime_ext.trainers.loop import StepFailed
 
     lock = open(Path(run_dir) / "trainer.lock", "w")
@@ -100,6 +111,20 @@ def trainer_main(model: str, run_dir: str, config, poll_s: float = 0.25, threads
         log.exception("the trainer stopped")
         status.failed(e)
         raise SystemExit(1) from None
+
+
+def lowest_priority() -> str:
+    """Put this process at the lowest CPU scheduling priority: ``SCHED_IDLE`` (it runs only on a core no other
+    task wants), else ``nice 19``; what it got, in words."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        return "idle priority (SCHED_IDLE)"
+    except (AttributeError, OSError):  # not Linux, or refused
+        try:
+            os.nice(19 - os.nice(0))
+            return "nice 19"
+        except OSError:
+            return "normal priority (SCHED_IDLE and nice 19 were refused)"
 
 
 def build_trainer(model: str, run_dir: str, config, threads: int, device: str):
@@ -187,12 +212,13 @@ def backlog_note(m: dict[str, Any]) -> str:
     return note
 
 
-def start_trainer_process(model: str, run_dir: str, config, device: str = "cpu") -> multiprocessing.Process:
-    """Start ``trainer_main`` in a fresh (spawned) process on ``device``; it dies with the server. ``config``
-    (the ``TrainerConfig``) crosses the process boundary as it is (pickled)."""
+def start_trainer_process(model: str, run_dir: str, config, device: str = "cpu",
+                          threads: int = 1) -> multiprocessing.Process:
+    """Start ``trainer_main`` in a fresh (spawned) process on ``device`` with ``threads`` torch threads; it dies
+    with the server. ``config`` (the ``TrainerConfig``) crosses the process boundary as it is (pickled)."""
     proc = multiprocessing.get_context("spawn").Process(
-        target=trainer_main, args=(model, run_dir, config), kwargs={"device": device}, name="openclaw-rl-trainer",
-        daemon=True)
+        target=trainer_main, args=(model, run_dir, config), kwargs={"device": device, "threads": threads},
+        name="openclaw-rl-trainer", daemon=True)
     proc.start()
     return proc
 
