@@ -170,7 +170,7 @@ async def run(args) -> dict:
         print(f"openclaw-rl serve {' '.join(extra)} (threads {args.threads})...", file=sys.stderr)
         ours = Server("smollm2-135m", threads=args.threads, extra=extra).start()
         try:
-            health = ours.health()
+            health = trainer_idle(ours) if mode == "learning" else ours.health()
             result["ours"][mode] = {"dtype": health.get("dtype"), "serve_args": extra,
                                     "trainer": health.get("training", {}).get("trainer", {}).get("state"),
                                     **await levels(ours.base, args)}
@@ -178,6 +178,17 @@ async def run(args) -> dict:
             ours.stop()
     result["env"]["loadavg_end"] = os.getloadavg()
     return result
+
+
+def trainer_idle(server: Server, timeout_s: float = 300.0) -> dict:
+    """``/healthz`` once the trainer has loaded and waits for turns (its start-up is not what is measured)."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        health = server.health()
+        if health.get("training", {}).get("trainer", {}).get("state") == "idle":
+            return health
+        time.sleep(0.5)
+    raise RuntimeError(f"the trainer was not idle after {timeout_s:.0f} s: {health.get('training')}")
 
 
 MODES = {"none": ["--method", "none"], "learning": ["--method", "combine"]}  # combine: make serve's default

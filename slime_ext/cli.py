@@ -63,8 +63,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     for warning in secrets_on_command_line(args):
         logging.getLogger("openclaw_rl").warning(warning)
-    # Idle OpenMP threads must not spin: the event loop and other processes share these cores.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # OpenMP's own wait policy (spin briefly at a barrier, then sleep): a passive one made every decode step wait
+    # for its threads to wake, and one stream ran at half speed (docs/engine.md, "Threads"). The trainer beside the
+    # engine sleeps at its barriers (trainers/process.py) and runs at idle priority, so it does not hold the cores.
     from slime_ext.serve import run_server
 
     run_server(cfg)
