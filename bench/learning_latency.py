@@ -67,6 +67,7 @@ def parse_args(argv=None):
     p.add_argument("--lora-rank", type=int, default=16)
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--cycles", type=int, default=3, help="feedback -> served measurements")
+    p.add_argument("--threads", type=int, default=0, help="the servers' --threads; 0: every core, serve's default [0]")
     p.add_argument("--quick", action="store_true", help="fewer probes and a smaller backlog")
     p.add_argument("--method", default="binary", choices=["binary", "opd", "combine"], help="the trainer's method [binary]")
     p.add_argument("--serve-args", default="", help="more `openclaw-rl serve` flags for the training server, one string")
@@ -147,7 +148,7 @@ def bad_of(args) -> list[str]:
 
 async def run(args):
     env = env_info()
-    threads = str(max(1, (os.cpu_count() or 1) - 1))  # what --method binary gives the engine
+    threads = str(args.threads or os.cpu_count() or 1)  # what serve gives the engine (the trainer: idle priority)
     # lift --max-staleness so the trainer takes the backlog (all from version 0) in batches of
     # --batch-size, the steps this measures, not in larger catch-up steps
     common = ["--batch-size", str(args.batch_size), "--lora-rank", str(args.lora_rank), "--threads", threads,

@@ -181,3 +181,48 @@ def test_an_in_place_bias_update_is_not_read_from_the_int4_packing():
     packed.pack(map(_module, ["b.bias"]), in_place=True)
     want = torch.nn.functional.linear(x.float(), model.b.weight.float(), model.b.bias.float())
     assert (model.b(x).float() - want).abs().max().item() < 0.1  # the new bias, not the packed copy
+
+
+async def test_a_lora_version_keeps_one_row_on_the_int4_path(tmp_path):
+    """After a LoRA swap the merged weights are off the 4-bit grid; one row still reads the base's int4
+    weights and adds the adapter's low-rank term, and decodes what an unpacked engine with the merged
+    weights decodes. A second adapter that leaves a module out sends it back to its base, still int4."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(resolve_model("tiny"), dtype=torch.bfloat16)
+    with torch.no_grad():
+        for i, m in enumerate(model.modules()):
+            if isinstance(m, torch.nn.Linear) and m is not model.get_output_embeddings():
+                m.weight.copy_(grid_weight(*m.weight.shape, seed=10 + i) * 4)
+    model.save_pretrained(tmp_path / "grid")
+    AutoTokenizer.from_pretrained(resolve_model("tiny")).save_pretrained(tmp_path / "grid")
+    packed = LocalEngine(tmp_path / "grid", dtype="bfloat16", threads=1, prefix_cache_tokens=0)
+    plain = LocalEngine(tmp_path / "grid", dtype="bfloat16", threads=1, prefix_cache_tokens=0, pack_weights=False)
+    calls = []
+    int4 = packed._packed.int4
+    packed._lean.int4 = lambda g, x: calls.append(r := int4(g, x)) or r
+    try:
+        assert set(packed._lean.groups) <= set(packed._packed._int4)  # the checkpoint is on the grid
+        sampling = SamplingParams(temperature=0, max_new_tokens=8)
+        before = [t.logprob async for t in packed.generate(IDS[:12], sampling)]
+        # q_proj alone of its q/k/v group, and a whole single layer
+        for version, modules in enumerate([MODULES, MODULES[:1]], start=1):
+            update = random_lora(packed.model, version, tuple(modules))
+            for eng in (packed, plain):
+                await eng.swap(update, version)
+            calls.clear()
+            got = [(t.token_id, t.logprob) async for t in packed.generate(IDS[:12], sampling)]
+            want = [(t.token_id, t.logprob) async for t in plain.generate(IDS[:12], sampling)]
+            assert calls and all(c is not None for c in calls), version  # every group, every step: int4
+            assert [t for t, _ in got] == [t for t, _ in want]
+            assert max(abs(a - b) for (_, a), (_, b) in zip(got, want)) < 5e-2
+            assert max(abs(a - b) for (_, a), b in zip(got, before)) > 0.1  # the adapter changed the answer
+        # without the term, the adapted group (layer 0's q/k/v) is computed from the merged weights instead
+        packed._packed.install_lora({})
+        calls.clear()
+        fallback = [(t.token_id, t.logprob) async for t in packed.generate(IDS[:12], sampling)]
+        assert calls[0] is None and all(c is not None for c in calls[1:4])
+        assert [t for t, _ in fallback] == [t for t, _ in want]
+    finally:
+        await packed.close()
+        await plain.close()

@@ -73,6 +73,7 @@ class _MergedLora:
 
     weights: dict[str, Any]
     packs: dict[str, Any] = field(default_factory=dict)
+    int4_lora: dict[Any, Any] = field(default_factory=dict)  # PackedLinears.lora_prepared: one row reads int4 + A, B
 
 
 @dataclass
@@ -591,7 +592,12 @@ class LocalEngine:
                     merged[name] = torch.addmm(base, b.to(self.device, self.dtype), a.to(self.device, self.dtype),
                                                alpha=update.scaling)
                 packs = self._packed.prepared({_module(n): w for n, w in merged.items()}) if self._packed else {}
-            return _MergedLora(merged, packs)
+                bases = self._lora_base or {}
+                int4_lora = self._packed.lora_prepared(  # a module the adapter leaves goes back to its base
+                    lambda m: merged.get(f"{m}.weight", bases.get(f"{m}.weight", names[f"{m}.weight"])),
+                    {m: (a.to(self.device, self.dtype), (b * update.scaling).to(self.device, self.dtype))
+                     for m, (a, b) in pairs.items()}) if self._packed else {}
+            return _MergedLora(merged, packs, int4_lora)
         if isinstance(update, dict):
             unknown = [k for k in update if k not in names]
             if unknown:
@@ -616,6 +622,7 @@ class LocalEngine:
             self._lora_base = bases
             if self._packed:
                 self._packed.install(update.packs)
+                self._packed.install_lora(update.int4_lora)
                 self._packed.pack(map(_module, restored))
         else:
             for name, tensor in update.items():

@@ -15,7 +15,7 @@ the module is called as before, only its ``forward`` is replaced.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import torch
 
@@ -75,7 +75,9 @@ class PackedLinears:
 
     Where the checkpoint is 4-bit, one row (a single stream's decode step) reads int4 weights: of
     each of ``groups`` (module names whose outputs a caller concatenates, engines/decode.py), and of
-    each layer in no group on its own."""
+    each layer in no group on its own. A trained LoRA version keeps that path: its merged weights are
+    off the 4-bit grid, so one row reads the base's int4 weights and adds the adapter's low-rank term
+    ``x A^T (s B)^T`` (``lora_prepared`` / ``install_lora``), instead of the merged weights in bf16."""
 
     def __init__(self, model: torch.nn.Module, groups: Sequence[tuple[str, ...]] = ()) -> None:
         head = model.get_output_embeddings()
@@ -85,6 +87,7 @@ class PackedLinears:
         singles = [(n,) for n in self.modules if n not in grouped]
         self._int4 = {g: q for g in [*groups, *singles] if (q := self._pack_int4(g)) is not None}
         self._packs: dict[str, tuple[int, Any]] = {}  # module name -> (weight data_ptr, packed weight)
+        self._lora: dict[tuple[str, ...], _Int4Lora] = {}  # int4 group -> the served adapter's term on it
         self.pack(self.modules)
         for name, module in self.modules.items():
             module.forward = self._forward_of(name, module)
@@ -105,10 +108,15 @@ class PackedLinears:
         entry = self._int4.get(group)
         if entry is None or x.dtype != torch.bfloat16 or x.numel() != x.shape[-1]:
             return None
-        if _tensors_of(entry.modules) != entry.tensors or any(m._forward_hooks or m._forward_pre_hooks
-                                                              for m in entry.modules):
+        tensors = _tensors_of(entry.modules)
+        lora = None if tensors == entry.tensors else self._lora.get(group)
+        if (lora is None and tensors != entry.tensors or lora is not None and tensors != lora.tensors
+                or any(m._forward_hooks or m._forward_pre_hooks for m in entry.modules)):
             return None
-        y = _INT4_MM(x if x.dim() == 2 else x.reshape(1, -1), entry.packed, Q4_GROUP, entry.scales_zeros)
+        row = x if x.dim() == 2 else x.reshape(1, -1)
+        y = _INT4_MM(row, entry.packed, Q4_GROUP, entry.scales_zeros)
+        if lora is not None:  # the base's int4 weights plus the adapter's low-rank term
+            y = torch.addmm(y, torch.mm(row, lora.a_t), lora.b_t)
         if x.dim() != 2:
             y = y.reshape(*x.shape[:-1], -1)
         return y if entry.bias is None else y + entry.bias
@@ -131,6 +139,39 @@ class PackedLinears:
 
     def install(self, packs: dict[str, tuple[int, Any]]) -> None:
         self._packs.update(packs)
+
+    def lora_prepared(self, weight_of: Callable[[str], torch.Tensor],
+                      factors: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> dict[tuple[str, ...], _Int4Lora]:
+        """The int4 path of a LoRA version, made off the worker thread: for each int4 group, the tensors its
+        modules will hold once it is installed (``weight_of(module name)``: the merged weight, or the base's)
+        and the group's low-rank term from ``factors`` (``{module: (A [r, in], scaling * B [out, r])}``, bf16):
+        A's stacked, B's block-diagonal, so the group's term is two small matmuls. Groups the adapter leaves
+        alone are not in it (their base tensors pass the check as they are)."""
+        out = {}
+        for group, entry in self._int4.items():
+            touched = [n for n in group if n in factors]
+            if not touched:
+                continue
+            tensors = []
+            for name, module in zip(group, entry.modules):
+                weight = weight_of(name)
+                bias = module._parameters["bias"]
+                tensors += (weight.data_ptr(), 0 if bias is None else bias.data_ptr())
+            a = torch.cat([factors[n][0] for n in touched])  # [R, in]
+            b = torch.zeros(sum(m.out_features for m in entry.modules), a.shape[0], dtype=a.dtype)  # [out, R]
+            row = col = 0
+            for name, module in zip(group, entry.modules):
+                if name in factors:
+                    r = factors[name][0].shape[0]
+                    b[row:row + module.out_features, col:col + r] = factors[name][1]
+                    col += r
+                row += module.out_features
+            out[group] = _Int4Lora(tensors, a.t().contiguous(), b.t().contiguous())
+        return out
+
+    def install_lora(self, lora: dict[tuple[str, ...], _Int4Lora]) -> None:
+        """Serve ``lora`` (``lora_prepared``) on the int4 path from now on, in place of the previous version's."""
+        self._lora = lora
 
     def unpacked(self) -> list[str]:
         """Modules whose packing is not of the weight tensor they hold (they compute unpacked)."""
@@ -169,6 +210,12 @@ class _Int4Group(NamedTuple):
     packed: Any
     scales_zeros: torch.Tensor
     bias: torch.Tensor | None
+
+
+class _Int4Lora(NamedTuple):
+    tensors: list[int]  # _tensors_of(group's modules) once the version is installed
+    a_t: torch.Tensor  # [in, R]: the group's A's, stacked and transposed
+    b_t: torch.Tensor  # [R, out]: scaling x the B's, block-diagonal and transposed
 
 
 _INT4_MM = torch.ops.aten._weight_int4pack_mm_for_cpu.default
