@@ -595,7 +595,7 @@ class LocalEngine:
                 bases = self._lora_base or {}
                 int4_lora = self._packed.lora_prepared(  # a module the adapter leaves goes back to its base
                     lambda m: merged.get(f"{m}.weight", bases.get(f"{m}.weight", names[f"{m}.weight"])),
-                    {m: (a.to(self.device, self.dtype), (b * update.scaling).to(self.device, self.dtype))
+                    {m: (a.to(self.device, torch.float32), (b * update.scaling).to(self.device, torch.float32))
                      for m, (a, b) in pairs.items()}) if self._packed else {}
             return _MergedLora(merged, packs, int4_lora)
         if isinstance(update, dict):
