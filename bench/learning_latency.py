@@ -190,6 +190,8 @@ async def run(args):
                 raise RuntimeError("the trainer did not start:\n" + srv.log_tail())
             await asyncio.sleep(0.2)
         async with aiohttp.ClientSession(timeout=timeout) as session:
+            for i in range(2):  # unmeasured: the fresh server's first requests build its kernels for these shapes
+                await probe(session, srv, 9_000 + i, args.max_tokens)
             print("training: probes while a batch waits...", file=sys.stderr)
             busy, v0 = [], (await health(session, srv.base))["policy_version"]
             for i in range(args.probes):
@@ -223,6 +225,7 @@ async def run(args):
         training={"latency": summary([r["latency"] for r in busy]), "ttft": summary([r["ttft"] for r in busy])},
         train_step_s=summary(steps), swap_s=summary(swaps), swap_pause_s=summary(pauses),
         feedback_to_served_s=summary([c["feedback_to_served_s"] for c in cycles]), cycles=cycles,
+        probes={"idle": [(r["latency"], r["ttft"]) for r in idle], "training": [(r["latency"], r["ttft"]) for r in busy]},
     )
     out["env"]["loadavg_end"] = os.getloadavg()
     return out

