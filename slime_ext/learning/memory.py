@@ -63,7 +63,10 @@ def student_example(ex: Example, *, renderer, policy: Scorer, rescore: bool = Fa
 def rescored(ex: Example, prompt: list[int], policy: Scorer) -> Example:
     """``ex`` after ``prompt``: pi_old (the policy's log-probs of the recorded response there, at the turn's
     sampling temperature) in place of the recorded log-probs, and each token's truncated importance weight
-    ``min(pi_old / recorded, WEIGHT_CAP)`` on its verdict term."""
+    ``min(pi_old / recorded, WEIGHT_CAP)`` on its verdict term. A turn whose recorded log-probs do not match its
+    response (a corrupt record) is left as it is, for the step's sample check to name it (and set it aside)."""
+    if len(ex.rollout_logprobs) != len(ex.response_ids):
+        return ex
     old = policy.logprobs(prompt, ex.response_ids, scoring_temperature(ex.temperature))
     weights = [math.exp(min(o - s, math.log(WEIGHT_CAP))) for o, s in zip(old, ex.rollout_logprobs)]
     return dataclasses.replace(ex, prompt_ids=prompt, rollout_logprobs=old, verdict_weights=weights,
