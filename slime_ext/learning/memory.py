@@ -25,12 +25,14 @@ context took part of it) is trained as recorded.
 
 **pi_old re-scored for every turn (``rescore``, the embedded trainer).** The embedded engine may serve in
 another dtype than the float32 trainer (bfloat16 while training: docs/engine.md, "dtype"): its recorded
-log-probs are then ~3e-2 per token from what the trainer computes. So the trainer does not rely on them: a
+log-probs are then ~1e-2 to 3e-2 per token from what the trainer computes. So the trainer does not rely on them: a
 turn served without the memory is re-scored the same way (its own prompt), pi_old replaces the recorded
 log-probs (the PPO ratio starts at 1, the teacher gap compares the trainer's numbers with the trainer's),
 and the verdict term gets the same truncated importance weight ``min(pi_old / recorded, WEIGHT_CAP)``:
 decoupled PPO with truncated importance sampling, as Slime runs it with ``--get-mismatch-metrics`` and a
-TIS cap. It corrects a turn sampled by an older version too. On Slime, Megatron recomputes pi_old itself.
+TIS cap. It corrects a turn sampled by an older version too. Slime's rollout hook does not re-score: there the
+ratio is against the log-probs SGLang recorded (``--use-rollout-logprobs``), and ``TIS_CAP`` has Megatron
+recompute them and weight the gap (``--get-mismatch-metrics``; docs/learning.md, "Binary RL").
 """
 
 from __future__ import annotations

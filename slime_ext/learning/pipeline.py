@@ -74,7 +74,7 @@ class Pipeline:
     """The stages over one driver's scorers: ``policy`` (the current weights: fresh samples, pi_old) and
     ``teacher`` (the weights shown the hint). ``store`` is only read (hint votes, preferences, earlier turns).
     ``rescore``: every turn's pi_old is the policy's, not the recorded log-probs (the embedded trainer, whose
-    engine may compute in another dtype; Slime recomputes pi_old in Megatron)."""
+    engine may compute in another dtype; on Slime, ``TIS_CAP`` corrects that gap in Megatron instead)."""
 
     def __init__(self, config: LearningConfig, renderer, store, *, policy: Scorer, teacher: Scorer,
                  context: int = 0, rescore: bool = False) -> None:
