@@ -69,7 +69,7 @@ def build_server(cfg: ServeConfig, engine=None, tokenizer=None):
 
     judge_worker = build_judge_worker(cfg, store, engine, tokenizer)
     watcher = CheckpointWatcher(engine, cfg.resolved_run_dir()) if embedded else None
-    trainer = trainer_supervisor(cfg) if embedded and cfg.learns else None
+    trainer = trainer_supervisor(cfg, device) if embedded and cfg.learns else None
     return ChatServer(engine, tokenizer, store, tracker, settings, judge_worker=judge_worker, checkpoints=watcher,
                       trainer=trainer)
 
@@ -80,15 +80,14 @@ def engine_threads(cfg: ServeConfig) -> int:
     return cfg.threads or os.cpu_count() or 1
 
 
-def trainer_supervisor(cfg: ServeConfig):
+def trainer_supervisor(cfg: ServeConfig, device):
     """The embedded trainer's supervisor (``trainers/process.py``), not started yet: on the CPU, on as many
-    threads as the engine (at idle priority); on a GPU, one CPU thread."""
-    from slime_ext.engines.device import resolve_device
+    threads as the engine (at idle priority); on a GPU, one CPU thread. ``device``: the resolved ``cfg.device``."""
     from slime_ext.trainers.process import TrainerSupervisor, start_trainer_process
 
     run_dir = str(cfg.resolved_run_dir())
     trainer_config = cfg.trainer_config()
-    threads = engine_threads(cfg) if resolve_device(cfg.device).type == "cpu" else 1
+    threads = engine_threads(cfg) if device.type == "cpu" else 1
     return TrainerSupervisor(lambda: start_trainer_process(cfg.model, run_dir, trainer_config, device=cfg.device,
                                                            threads=threads), run_dir)
 

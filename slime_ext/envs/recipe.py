@@ -80,7 +80,10 @@ class RunSettings:
         return DEFAULT_STEP_WEIGHT if self.judged else 0.0
 
 
-def _load(settings: RunSettings, dtype: str = "auto"):
+def _load(settings: RunSettings, exact_logprobs: bool = False):
+    """The model, tokenizer, renderer, engine and sampling of a run. ``exact_logprobs``: the engine records the
+    log-probs a float32 trainer computes (float32 on the CPU: ``train``'s PPO ratio is against them, with no
+    re-scoring unlike serve's trainer, and a CPU's bf16 puts them ~3e-2 away); a GPU serves bf16 either way."""
     from transformers import AutoTokenizer
 
     from slime_ext.chat.prompt import PromptRenderer, stop_token_ids
@@ -88,9 +91,10 @@ def _load(settings: RunSettings, dtype: str = "auto"):
     from slime_ext.engines.local import LocalEngine
     from slime_ext.models import resolve_model
 
-    resolve_device(settings.device)  # a GPU that is not there is refused before a model is converted or loaded
+    device = resolve_device(settings.device)  # a GPU that is not there is refused before a model is converted or loaded
     model_dir = resolve_model(settings.model, progress=lambda m: print(m, file=sys.stderr))
     tok = AutoTokenizer.from_pretrained(model_dir)
+    dtype = "float32" if exact_logprobs and device.type == "cpu" else "auto"
     engine = LocalEngine(model_dir, dtype=dtype, threads=settings.threads, device=settings.device)
     sampling = SamplingParams(temperature=settings.temperature, max_new_tokens=settings.max_new_tokens,
                               stop_token_ids=stop_token_ids(tok))
@@ -183,12 +187,7 @@ def train(settings: RunSettings, out_dir: Path, steps: int = 4, episodes: int = 
     if not tasks:
         raise ValueError(f"setting {settings.setting!r} has no train tasks")
     out_dir.mkdir(parents=True, exist_ok=True)
-    # float32 on the CPU: this loop's PPO ratio is against the engine's recorded log-probs (no re-scoring, unlike
-    # serve's trainer), and a CPU's bf16 would put them ~3e-2 from the trainer's; a GPU serves bf16 (auto)
-    from slime_ext.engines.device import resolve_device
-
-    cpu = resolve_device(settings.device).type == "cpu"
-    model_dir, tok, renderer, engine, sampling = _load(settings, "float32" if cpu else "auto")
+    model_dir, tok, renderer, engine, sampling = _load(settings, exact_logprobs=True)
     judge = _make_judge(settings)  # once for the run: every round's episodes share it
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(engine.device)
     # Agent episodes are long (a 6-turn GUI episode is ~4-5k tokens): 6.0 GB peak on smollm2 with this (and

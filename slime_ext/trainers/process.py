@@ -81,11 +81,6 @@ def trainer_main(model: str, run_dir: str, config, poll_s: float = 0.25, threads
     (``torch.set_default_device``). An error is recorded in ``trainer.json`` and ends the process (module doc)."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s trainer: %(message)s")
-    from slime_ext.engines.device import resolve_device
-
-    if resolve_device(device).type == "cpu":
-        log.info("computing on %d threads at %s: the engine's cores are the engine's when it decodes", threads,
-                 lowest_priority())
     from slime_ext.trainers.loop import StepFailed
 
     lock = open(Path(run_dir) / "trainer.lock", "w")
@@ -143,6 +138,9 @@ def build_trainer(model: str, run_dir: str, config, threads: int, device: str):
     where = resolve_device(device)
     if where.type == "cuda":
         torch.set_default_device(where)
+    else:  # before loading: the model's loading is work too
+        log.info("computing on %d threads at %s: the engine's cores are the engine's when it decodes", threads,
+                 lowest_priority())
     model_dir = str(resolve_model(model, progress=log.info))
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(where)
     if where.type == "cuda":  # on a GPU beside the engine, bound the trainer's activations (LoRA bounds the rest)
