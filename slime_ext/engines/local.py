@@ -584,15 +584,14 @@ class LocalEngine:
                     raise EngineError(f"LoRA module {module!r}: A {tuple(a.shape)} / B {tuple(b.shape)} do not fit "
                                       f"its weight {tuple(w.shape)}")
             torch = self._torch
-            merged = {}
+            merged, bases = {}, self._lora_base or {}
             with torch.no_grad():  # not inference_mode: these become the model's weights
                 for module, (a, b) in pairs.items():
                     name = f"{module}.weight"
-                    base = (self._lora_base or {}).get(name, names[name].detach())
+                    base = bases.get(name, names[name].detach())
                     merged[name] = torch.addmm(base, b.to(self.device, self.dtype), a.to(self.device, self.dtype),
                                                alpha=update.scaling)
                 packs = self._packed.prepared({_module(n): w for n, w in merged.items()}) if self._packed else {}
-                bases = self._lora_base or {}
                 int4_lora = self._packed.lora_prepared(  # a module the adapter leaves goes back to its base
                     lambda m: merged.get(f"{m}.weight", bases.get(f"{m}.weight", names[f"{m}.weight"])),
                     {m: (a.to(self.device, torch.float32), (b * update.scaling).to(self.device, torch.float32))

@@ -108,10 +108,12 @@ class PackedLinears:
         entry = self._int4.get(group)
         if entry is None or x.dtype != torch.bfloat16 or x.numel() != x.shape[-1]:
             return None
-        tensors = _tensors_of(entry.modules)
-        lora = None if tensors == entry.tensors else self._lora.get(group)
-        if (lora is None and tensors != entry.tensors or lora is not None and tensors != lora.tensors
-                or any(m._forward_hooks or m._forward_pre_hooks for m in entry.modules)):
+        tensors, lora = _tensors_of(entry.modules), None
+        if tensors != entry.tensors:  # a swap re-pointed a layer: int4 only for a LoRA version on this base
+            lora = self._lora.get(group)
+            if lora is None or tensors != lora.tensors:
+                return None
+        if any(m._forward_hooks or m._forward_pre_hooks for m in entry.modules):
             return None
         row = x if x.dim() == 2 else x.reshape(1, -1)
         y = _INT4_MM(row, entry.packed, Q4_GROUP, entry.scales_zeros)
@@ -153,11 +155,7 @@ class PackedLinears:
             touched = [n for n in group if n in factors]
             if not touched:
                 continue
-            tensors = []
-            for name, module in zip(group, entry.modules):
-                weight = weight_of(name)
-                bias = module._parameters["bias"]
-                tensors += (weight.data_ptr(), 0 if bias is None else bias.data_ptr())
+            tensors = _tensors_of(entry.modules, [weight_of(n) for n in group])
             a = torch.cat([factors[n][0] for n in touched]).float()  # [R, in]
             b = torch.zeros(sum(m.out_features for m in entry.modules), a.shape[0])  # [out, R]
             row = col = 0
@@ -195,13 +193,14 @@ class PackedLinears:
         return forward
 
 
-def _tensors_of(modules: tuple[torch.nn.Module, ...]) -> list[int]:
-    """Which weight and bias tensors the modules hold now (a swap re-points them)."""
+def _tensors_of(modules: tuple[torch.nn.Module, ...], weights: Sequence[torch.Tensor] | None = None) -> list[int]:
+    """Which weight and bias tensors the modules hold now (a swap re-points them), or will hold with ``weights``."""
     ptrs = []
-    for m in modules:
+    for i, m in enumerate(modules):
         params = m._parameters  # not m.weight: Module.__getattr__ costs more than the check (per call)
         bias = params["bias"]
-        ptrs += (params["weight"].data_ptr(), 0 if bias is None else bias.data_ptr())
+        weight = params["weight"] if weights is None else weights[i]
+        ptrs += (weight.data_ptr(), 0 if bias is None else bias.data_ptr())
     return ptrs
 
 
