@@ -57,8 +57,8 @@ class ServeConfig(LearningConfig):
     sglang_url: str = setting("", "the SGLang server's address, e.g. http://127.0.0.1:30001 (with --engine sglang; "
                                   "its API key from $SGLANG_API_KEY)", group=SERVING, drivers=EMBEDDED,
                               slime=SGLANG_SERVES)
-    threads: int = setting(0, "torch threads for the engine, and for the trainer beside it (which computes at idle "
-                              "priority, on the cores the engine leaves); 0: all cores", group=SERVING, shown="0",
+    threads: int = setting(0, "torch threads for the engine, and on the CPU for the trainer beside it (which computes "
+                              "at idle priority, on the cores the engine leaves); 0: all cores", group=SERVING, shown="0",
                            drivers=EMBEDDED, slime=SGLANG_SERVES)
     max_batch_size: int = setting(32, "sequences decoded together", group=SERVING, drivers=EMBEDDED,
                                   slime=SGLANG_SERVES)

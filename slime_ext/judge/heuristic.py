@@ -380,6 +380,8 @@ _SENTENCE_BREAK = re.compile(r"(?<=[.!?;])\s+|\n+")
 def sentences(text: str) -> list[str]:
     """The non-empty sentences (and ``;`` clauses, and lines) of ``text``, as the hint rules read them."""
     return [s for s in _SENTENCE_BREAK.split(text) if s.strip()]
+
+
 _CONTRAST = r"\b(?:but|though|however|although)\b"
 _CLAUSE_BREAK = re.compile(rf",|:|\s[-\u2013\u2014]+\s|{_CONTRAST}", re.I)
 _FILLER_LEAD = re.compile(
