@@ -43,7 +43,8 @@ class ServeConfig(LearningConfig):
                                         group=SERVING)
     served_model_name: str = setting("", "model id reported by /v1/models", group=SERVING, shown="the --model value")
     dtype: str = setting("auto", "engine dtype: auto, bfloat16 or float32; auto: bfloat16 where it is native (a CPU "
-                                 "with AVX-512 BF16 or AMX, packed: about 2x faster; CUDA), float32 elsewhere; the "
+                                 "with AVX-512 BF16 or AMX, packed: about 2x faster; CUDA), float32 elsewhere (one "
+                                 "stream of a 4-bit checkpoint still reads its int4 weights); the "
                                  "trainer re-scores what it learns from in float32 either way; the start-up log says "
                                  "which and why", group=SERVING, drivers=EMBEDDED,
                          slime=SGLANG_SERVES, choices=("auto", "bfloat16", "float32"))

@@ -248,8 +248,12 @@ async def test_auto_dtype_is_bf16_where_native_and_the_engine_says_why(model_dir
     float32), float32 where it would be emulated; the engine logs which and why."""
     assert resolve_dtype("bfloat16")[0] == "bfloat16"
     amx, avx2 = "flags : fpu avx2 avx512f amx_bf16 amx_tile", "flags : fpu avx2 fma"
-    assert resolve_dtype("auto", amx)[0] == resolve_dtype("auto", "flags : avx512_bf16")[0] == "bfloat16"
-    assert resolve_dtype("auto", avx2)[0] == "float32" and "emulated" in resolve_dtype("auto", avx2)[1]
+    assert resolve_dtype("auto", amx, capability="AVX512")[0] == "bfloat16"
+    assert resolve_dtype("auto", "flags : avx512_bf16", capability="AVX512")[0] == "bfloat16"
+    assert resolve_dtype("auto", avx2, capability="AVX2")[0] == "float32"
+    assert "emulated" in resolve_dtype("auto", avx2, capability="AVX2")[1]
+    # PyTorch's kernels held to AVX2 (ATEN_CPU_CAPABILITY=avx2, how an AVX2-only CPU is emulated): no bf16 unit
+    assert resolve_dtype("auto", amx, capability="AVX2")[0] == "float32"
     assert resolve_dtype("float32", amx)[0] == "float32"
     with caplog.at_level("INFO", logger="slime_ext.engines.local"):
         eng = LocalEngine(model_dir, threads=1)

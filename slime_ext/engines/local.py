@@ -125,6 +125,8 @@ class LocalEngine:
         self.device = resolve_device(device)
         self.threads = threads or os.cpu_count() or 1
         name, why = resolve_dtype(dtype, device=self.device.type)
+        # auto's float32 (no native bf16): one row may still read a 4-bit checkpoint's int4 weights (engines/packed.py)
+        self._int4_float32 = dtype == "auto" and name == "float32" and self.device.type == "cpu"
         log.info("engine dtype %s (%s), on %s", name, why, self.device)
         self.dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[name]
         self.model_dir = Path(model_dir)
@@ -172,11 +174,20 @@ class LocalEngine:
         self.model.eval()
         self.model.requires_grad_(False)
         self._lean = lean_decoder(self.model)  # None: transformers' forward decodes (engines/decode.py)
-        if (pack_weights and self.device.type == "cpu" and self.dtype == torch.bfloat16 and packing_available()
-                and native_bf16(_read_cpuinfo())):
-            self._packed = PackedLinears(self.model, groups=self._lean.groups if self._lean else ())
-            if self._lean is not None:
-                self._lean.int4 = self._packed.int4
+        if not (pack_weights and self.device.type == "cpu" and packing_available()):
+            return
+        groups = self._lean.groups if self._lean else ()
+        if self.dtype == torch.bfloat16 and native_bf16(_read_cpuinfo()):
+            self._packed = PackedLinears(self.model, groups=groups)
+        elif self._int4_float32:
+            self._packed = PackedLinears(self.model, groups=groups, bf16=False)
+            if not self._packed.has_int4:  # not a 4-bit checkpoint: nothing to serve differently
+                self._packed = None
+                return
+            log.info("one stream reads the checkpoint's 4-bit weights through the bf16 int4 kernel (the rest is "
+                     "float32): recorded log-probs are then as close as a bf16 engine's (docs/engine.md, 'dtype')")
+        if self._packed is not None and self._lean is not None:
+            self._lean.int4 = self._packed.int4
 
     # ----------------------------------------------------------------- public API
     @property
@@ -650,28 +661,37 @@ _NO_FROZEN_BASE = ("frozen_base: a full-weight update replaced the base weights,
                    "model to sample from (the self judge needs LoRA training)")
 
 
-def resolve_dtype(dtype: str, cpuinfo: str | None = None, device: str = "cpu") -> tuple[str, str]:
+def resolve_dtype(dtype: str, cpuinfo: str | None = None, device: str = "cpu",
+                  capability: str | None = None) -> tuple[str, str]:
     """The engine's dtype for ``dtype`` (``auto``, ``float32``, ``bfloat16``) on ``device`` (its type) and why.
 
     ``auto`` is bfloat16 where it is computed natively: on a CUDA GPU, and on a CPU with AVX-512 BF16 or
     AMX, with packed weights (about twice the float32 tokens/s and prefill speed: docs/engine.md, "dtype").
     Also while the server trains: the trainer re-scores each turn's log-probs in float32 itself and corrects
     the ~3e-2 per-token gap with truncated importance weights (``learning/memory.py: rescored``). Without
-    native bf16 it would be emulated, slower: float32.
+    native bf16 it would be emulated, slower: float32, where one stream of a 4-bit checkpoint still reads its
+    int4 weights (``LocalEngine._load``). ``cpuinfo`` and ``capability``: see ``native_bf16``.
     """
     if dtype != "auto":
         return dtype, "asked for"
     if device == "cuda":
         return "bfloat16", "auto on a CUDA GPU"
-    if native_bf16(_read_cpuinfo() if cpuinfo is None else cpuinfo):
+    if native_bf16(_read_cpuinfo() if cpuinfo is None else cpuinfo, capability):
         return "bfloat16", ("auto on a CPU with native bf16: packed bf16 decodes and prefills about 2x faster than "
                             "float32 (a trainer re-scores what it learns from in float32)")
-    return "float32", "auto on a CPU without native bf16 (AVX-512 BF16 or AMX): bfloat16 would be emulated, slower"
+    return "float32", ("auto on a CPU without native bf16 (AVX-512 BF16 or AMX): bfloat16 would be emulated, slower; "
+                       "one stream of a 4-bit checkpoint reads its int4 weights")
 
 
-def native_bf16(cpuinfo: str) -> bool:
-    """Whether ``/proc/cpuinfo`` text lists a native bf16 unit (AVX-512 BF16 or AMX)."""
-    return "avx512_bf16" in cpuinfo or "amx_bf16" in cpuinfo
+def native_bf16(cpuinfo: str, capability: str | None = None) -> bool:
+    """Whether ``/proc/cpuinfo`` text lists a native bf16 unit (AVX-512 BF16 or AMX) that PyTorch's kernels
+    may use: ``capability`` (``torch.backends.cpu.get_cpu_capability()`` by default) is AVX-512's.
+    ``ATEN_CPU_CAPABILITY=avx2`` lowers it, so an AVX2-only CPU can be emulated (bench/README.md)."""
+    if capability is None:
+        import torch
+
+        capability = torch.backends.cpu.get_cpu_capability()
+    return ("avx512_bf16" in cpuinfo or "amx_bf16" in cpuinfo) and "AVX512" in capability
 
 
 def _read_cpuinfo() -> str:

@@ -11,6 +11,12 @@ decode step takes 24.4 / 26.0 / 28.7 ms at 1 / 8 / 16 rows against 30.4 / 32.3 /
 Only bfloat16 is packed: MKL serves float32 as fast (27.2 / 42.3 / 49.6 ms packed against 26.9 / 42.1 /
 50.5). Forward hooks (the ``self`` judge's frozen-base rows) still run:
 the module is called as before, only its ``forward`` is replaced.
+
+A float32 model (``bf16=False``: a CPU without native bf16, where ``--dtype auto`` is float32) gets no
+packings, only the one-row int4 path of a 4-bit checkpoint: its row is rounded to bf16 for the int4
+kernel (the one vectorized there) and the result read back as float32. One stream then reads 4-bit
+weights instead of float32 ones (8x fewer bytes per step) at bf16's precision; batches and prefill stay
+float32.
 """
 
 from __future__ import annotations
@@ -77,9 +83,11 @@ class PackedLinears:
     each of ``groups`` (module names whose outputs a caller concatenates, engines/decode.py), and of
     each layer in no group on its own. A trained LoRA version keeps that path: its merged weights are
     off the 4-bit grid, so one row reads the base's int4 weights and adds the adapter's low-rank term
-    ``x A^T (s B)^T`` (``lora_prepared`` / ``install_lora``), instead of the merged weights in bf16."""
+    ``x A^T (s B)^T`` (``lora_prepared`` / ``install_lora``), instead of the merged weights in bf16.
+    With ``bf16=False`` (a float32 model) nothing is packed for oneDNN: only that int4 path is served."""
 
-    def __init__(self, model: torch.nn.Module, groups: Sequence[tuple[str, ...]] = ()) -> None:
+    def __init__(self, model: torch.nn.Module, groups: Sequence[tuple[str, ...]] = (), bf16: bool = True) -> None:
+        self.bf16 = bf16  # oneDNN packings of the bf16 layers; False: a float32 model's one-row int4 path only
         head = model.get_output_embeddings()
         self.modules = {name: m for name, m in model.named_modules()
                         if isinstance(m, torch.nn.Linear) and m is not head}
@@ -101,12 +109,17 @@ class PackedLinears:
             [m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in mods])
         return _Int4Group(mods, _tensors_of(mods), *q, bias)
 
+    @property
+    def has_int4(self) -> bool:
+        """Whether any layer lies on the 4-bit grid (a checkpoint converted from a 4-bit GGUF)."""
+        return bool(self._int4)
+
     def int4(self, group: tuple[str, ...], x: torch.Tensor) -> torch.Tensor | None:
-        """The group's layers' outputs for ``x``, concatenated, from their int4 weights; None where
-        that does not hold: ``x`` is not one bfloat16 row, a layer holds another weight tensor than
-        the packed one, or has forward hooks (the caller must then call the modules)."""
+        """The group's layers' outputs for ``x``, concatenated, from their int4 weights, in ``x``'s dtype;
+        None where that does not hold: ``x`` is not one bfloat16 or float32 row, a layer holds another
+        weight tensor than the packed one, or has forward hooks (the caller must then call the modules)."""
         entry = self._int4.get(group)
-        if entry is None or x.dtype != torch.bfloat16 or x.numel() != x.shape[-1]:
+        if entry is None or x.dtype not in _INT4_INPUTS or x.numel() != x.shape[-1]:
             return None
         tensors, lora = _tensors_of(entry.modules), None
         if tensors != entry.tensors:  # a swap re-pointed a layer: int4 only for a LoRA version on this base
@@ -116,10 +129,11 @@ class PackedLinears:
         if any(m._forward_hooks or m._forward_pre_hooks for m in entry.modules):
             return None
         row = x if x.dim() == 2 else x.reshape(1, -1)
-        y = _INT4_MM(row, entry.packed, Q4_GROUP, entry.scales_zeros)
+        y = _INT4_MM(row.to(torch.bfloat16), entry.packed, Q4_GROUP, entry.scales_zeros)
         if lora is not None:  # the base's int4 weights plus the adapter's low-rank term, in float32: MKL takes
             # 13 us a group for these tiny products where bf16 takes 50 (oneDNN, at one row)
-            y = torch.addmm(y.float(), torch.mm(row.float(), lora.a_t), lora.b_t).to(torch.bfloat16)
+            y = torch.addmm(y.float(), torch.mm(row.float(), lora.a_t), lora.b_t)
+        y = y.to(x.dtype)
         if x.dim() != 2:
             y = y.reshape(*x.shape[:-1], -1)
         return y if entry.bias is None else y + entry.bias
@@ -129,7 +143,7 @@ class PackedLinears:
         ``in_place``: they were changed in place, so they are no longer the 4-bit checkpoint's (a
         re-pointed module is told apart by its tensor)."""
         names = [n for n in names if n in self.modules]
-        for name in names:
+        for name in names if self.bf16 else ():
             weight = self.modules[name].weight
             self._packs[name] = (weight.data_ptr(), pack_weight(weight))
         if in_place:
@@ -138,7 +152,7 @@ class PackedLinears:
     def prepared(self, weights: dict[str, torch.Tensor]) -> dict[str, tuple[int, Any]]:
         """Packings of new weights (``{module name: tensor}``), made off the worker thread, to
         ``install`` when the module holds exactly these tensors."""
-        return {name: (w.data_ptr(), pack_weight(w)) for name, w in weights.items() if name in self.modules}
+        return {name: (w.data_ptr(), pack_weight(w)) for name, w in weights.items() if name in self.modules and self.bf16}
 
     def install(self, packs: dict[str, tuple[int, Any]]) -> None:
         self._packs.update(packs)
@@ -219,3 +233,4 @@ class _Int4Lora(NamedTuple):
 
 
 _INT4_MM = torch.ops.aten._weight_int4pack_mm_for_cpu.default
+_INT4_INPUTS = (torch.bfloat16, torch.float32)
