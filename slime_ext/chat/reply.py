@@ -71,6 +71,7 @@ class ReplyParser:
     content: str = ""  # content emitted so far
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     stopped: bool = False  # a stop string was found; ``visible`` ends before it
+    stop_found: str | None = None  # which one (the earliest in the text)
     visible: str = ""
     thinking: bool | None = None  # inside <think>: True; past it or none: False; not decided yet: None
     reasoning: str = ""  # reasoning emitted so far
@@ -81,6 +82,7 @@ class ReplyParser:
         """Return ``[("content", str) | ("tool_call", dict) | ("reasoning", str)]`` for the newly decided text."""
         cut = find_stop(text, self.stops) if self.stops else -1
         if cut >= 0:
+            self.stop_found = next(s for s in self.stops if text.startswith(s, cut))
             text, final, self.stopped = text[:cut], True, True
         elif not final:
             hold = partial_suffix(text, self.stops) if self.stops else 0
