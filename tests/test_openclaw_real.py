@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_judging import wait_for_verdicts
 
 OPENCLAW_DIR = os.environ.get("OPENCLAW_DIR", "")
 pytestmark = pytest.mark.skipif(
@@ -32,14 +33,19 @@ def openclaw(home: Path, message: str) -> subprocess.CompletedProcess:
                            "--message", message], env=env, capture_output=True, text=True, timeout=600)
 
 
-def test_two_openclaw_turns_are_one_trainable_session(make_server, tmp_path):
+# OpenClaw's provider APIs this server speaks, and the base URL each appends its path to
+APIS = {"openai-completions": "url", "anthropic-messages": "base"}
+
+
+@pytest.mark.parametrize("api", list(APIS))
+def test_two_openclaw_turns_are_one_trainable_session(make_server, tmp_path, api):
     # OPENCLAW_SERVE_ARGS: other serve flags, e.g. "--method combine" for make serve's own defaults
     srv = make_server("smollm2-135m", extra=["--api-key", "KEY",
                                              *shlex.split(os.environ.get("OPENCLAW_SERVE_ARGS", "--max-tokens-cap 64"))])
     home = tmp_path / "home"
     (home / ".openclaw").mkdir(parents=True)
     (home / ".openclaw/openclaw.json").write_text(json.dumps({
-        "models": {"providers": {"local": {"baseUrl": srv.url, "apiKey": "KEY", "api": "openai-completions", "models": [
+        "models": {"providers": {"local": {"baseUrl": getattr(srv, APIS[api]), "apiKey": "KEY", "api": api, "models": [
             {"id": "policy", "name": "Policy", "reasoning": False, "input": ["text"],
              "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0}, "contextWindow": 32768, "maxTokens": 8192}]}}},
         "agents": {"defaults": {"model": {"primary": "local/policy"}}}}))
@@ -60,6 +66,7 @@ def test_two_openclaw_turns_are_one_trainable_session(make_server, tmp_path):
     assert "INTERNAL_CONTEXT" not in t0["next_state"]
     # the second prompt starts with the first one's system prompt (cut the same way), tools and user message
     assert t1["prompt_token_ids"][:1000] == t0["prompt_token_ids"][:1000]
+    assert wait_for_verdicts(srv, 1)[0]["request_id"] == t0["request_id"]  # the follow-up judged the first turn
     for turn in (t0, t1):  # cut to fit SmolLM2's context, leaving room for the reply
         assert len(turn["prompt_token_ids"]) < 8192 - 16  # room for a reply
         print(f"turn: prompt {len(turn['prompt_token_ids'])} tokens, timings {turn.get('timings')}")
