@@ -34,7 +34,7 @@ def openclaw(home: Path, message: str) -> subprocess.CompletedProcess:
 
 
 # OpenClaw's provider APIs this server speaks, and the base URL each appends its path to
-APIS = {"openai-completions": "url", "anthropic-messages": "base"}
+APIS = {"openai-completions": "url", "anthropic-messages": "base", "openai-responses": "url"}
 
 
 @pytest.mark.parametrize("api", list(APIS))

@@ -33,7 +33,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
-from slime_ext.api import anthropic
+from slime_ext.api import anthropic, responses
 from slime_ext.api.errors import ApiError
 from slime_ext.api.guard import ConnectionGuard
 from slime_ext.api.metrics import Metrics, label_value
@@ -160,6 +160,7 @@ class ChatServer:
         )
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_post(MESSAGES_PATH, self.messages)
+        app.router.add_post("/v1/responses", self.responses)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/metrics", self.prometheus)
@@ -421,6 +422,25 @@ class ChatServer:
         gen = await self._generation(request, req, received, big=len(raw) > BIG_REQUEST_BYTES, id_prefix="msg_")
         return await self._serve(gen, gen.anthropic_stream(request) if req.stream else gen.anthropic_complete())
 
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        """OpenAI's Responses API: the same generation, recorded the same way (api/responses.py); with ``store``
+        (the default) the conversation and its reply are kept for a later ``previous_response_id``."""
+        received = time.time()
+        raw, body = await self._json_body(request)
+        prev = responses.previous_id(body)
+        previous: list[dict[str, Any]] = []
+        if prev is not None:
+            named = body.get("user") if isinstance(body.get("user"), str) else None
+            previous = await self.store.run(self.store.response_conversation, prev, self._user(request, named))
+            if previous is None:
+                raise ApiError(f"Previous response with id '{prev}' not found.", param="previous_response_id",
+                               code="previous_response_not_found")
+        chat_body, conversation = responses.to_chat_body(body, previous)
+        req = parse_chat_request(chat_body)
+        gen = await self._generation(request, req, received, big=len(raw) > BIG_REQUEST_BYTES, id_prefix="resp_")
+        gen.kept_conversation = conversation if responses.keeps(body) else None
+        return await self._serve(gen, gen.responses_stream(request, body) if req.stream else gen.responses_complete(body))
+
     async def _generation(self, request: web.Request, req: ChatRequest, received: float, big: bool,
                           id_prefix: str = "chatcmpl-") -> _Generation:
         """A validated request made ready to run: its user's memory added, its prompt rendered (and cut to fit),
@@ -593,6 +613,8 @@ class _Generation:
         self.parser = ReplyParser(stops=req.stop, tool_names={t["function"]["name"] for t in req.tools} if tools_on else set(),
                                   thinking=True if opened else None)
         self.hit_eos = False
+        # Responses API: the conversation this answers, kept with its reply under the id (previous_response_id)
+        self.kept_conversation: list[dict[str, Any]] | None = None
         # the memory's opening: the answer's first tokens, given, not sampled (a tool call or reasoning comes first
         # where tools are on or the prompt opened <think>; and at least one token is left to sample)
         forced = server.tokenizer.encode(opening, add_special_tokens=False) if opening else []
@@ -669,6 +691,8 @@ class _Generation:
             reply_key=message_key(msg), history_keys=self.a.history_keys, created_at=now, memory=self.memory,
         )
         await self.s.store.run(self.s.store.insert_turn, turn)
+        if self.kept_conversation is not None and main_line is None:  # a whole reply (not an abandoned one)
+            await self.s.store.run(self.s.store.save_response, self.id, self.user, [*self.kept_conversation, msg])
         if self.a.main_line and not turn.main_line:
             self.s.tracker.demote(self.a)
         self.s.tracker.record_reply(self.a, turn.reply_key)
@@ -702,6 +726,14 @@ class _Generation:
         return web.json_response(anthropic.message(self.id, self.s.settings.model_name, self.parser, self.finish_reason,
                                                    len(self.prompt_ids), len(self.tokens)), headers=self.headers())
 
+    async def responses_complete(self, body: dict[str, Any]) -> web.Response:
+        await self._run_whole()
+        return web.json_response(self._response_object(responses.output_items(self.parser), body), headers=self.headers())
+
+    def _response_object(self, output: list[dict[str, Any]], body: dict[str, Any]) -> dict[str, Any]:
+        return responses.response_object(self.id, self.s.settings.model_name, self.created, output, self.finish_reason,
+                                          len(self.prompt_ids), len(self.tokens), body)
+
     def headers(self) -> dict[str, str]:
         """What the response says besides the body: how many prompt tokens were cut to fit, if any."""
         return {CUT_HEADER: str(self.cut)} if self.cut else {}
@@ -711,6 +743,10 @@ class _Generation:
 
     async def anthropic_stream(self, request: web.Request) -> web.StreamResponse:
         return await self._stream(request, anthropic.Frames(self.id, self.s.settings.model_name, len(self.prompt_ids)))
+
+    async def responses_stream(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        return await self._stream(request, responses.Frames(self.id, self.s.settings.model_name, self.created, body,
+                                                            lambda output: self._response_object(output, body)))
 
     async def _stream(self, request: web.Request, frames) -> web.StreamResponse:
         """Stream the reply as ``frames`` writes it (``start``, an ``event`` per parser event, ``end`` once the

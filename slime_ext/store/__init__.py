@@ -116,6 +116,12 @@ CREATE TABLE IF NOT EXISTS preferences (  -- each user's accepted hints (docs/st
     times INTEGER NOT NULL DEFAULT 1,
     PRIMARY KEY (user, key)
 );
+CREATE TABLE IF NOT EXISTS responses (  -- what /v1/responses answered, for previous_response_id (docs/store.md)
+    id TEXT PRIMARY KEY,           -- the response id (resp_...), also its turn's request_id
+    user TEXT NOT NULL,            -- its user ('' without one): another user's id is not found
+    conversation TEXT NOT NULL,    -- the messages it answered and its reply, without the instructions (JSON)
+    created_at REAL NOT NULL
+);
 """
 
 PREFERENCES_PER_USER = 32  # a user's preferences kept; past it the least recently stated one is dropped
@@ -393,6 +399,19 @@ class Store:
             if row is not None:
                 self._conn.execute("DELETE FROM preferences WHERE rowid=?", (preference_id,))
         return row["hint"] if row else None
+
+    def save_response(self, response_id: str, user: str | None, conversation: list[dict[str, Any]]) -> None:
+        """Keep what a Responses request answered, for a later ``previous_response_id`` of the same user."""
+        self._exec("INSERT OR REPLACE INTO responses (id, user, conversation, created_at) VALUES (?, ?, ?, ?)",
+                   (response_id, user or "", json.dumps(conversation, ensure_ascii=False), time.time()))
+
+    def response_conversation(self, response_id: str, user: str | None) -> list[dict[str, Any]] | None:
+        """The conversation ``save_response`` kept under ``response_id`` for ``user``; None when ``user`` has none
+        (another user's id included)."""
+        with self._lock:
+            row = self._conn.execute("SELECT conversation FROM responses WHERE id=? AND user=?",
+                                     (response_id, user or "")).fetchone()
+        return json.loads(row["conversation"]) if row else None
 
     def clear_preferences(self, user: str | None) -> int:
         """Delete every preference of ``user``; how many there were."""
