@@ -29,7 +29,7 @@ import json
 from typing import Any
 
 from slime_ext.api.errors import ApiError
-from slime_ext.api.schemas import MAX_STOP
+from slime_ext.api.schemas import MAX_STOP, flat_tool, text_content
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                404: "not_found_error", 405: "invalid_request_error", 408: "timeout_error",
@@ -51,7 +51,7 @@ def to_chat_body(body: Any) -> dict[str, Any]:
         raise ApiError("the request body must be a JSON object")
     if body.get("max_tokens") is None:
         raise ApiError("'max_tokens' is required", param="max_tokens")
-    messages = [] if body.get("system") is None else [{"role": "system", "content": _text(body["system"], "system")}]
+    messages = [] if body.get("system") is None else [{"role": "system", "content": text_content(body["system"], "system")}]
     raw = body.get("messages")
     if not isinstance(raw, list) or not raw:
         raise ApiError("'messages' must be a non-empty list of messages", param="messages")
@@ -85,20 +85,6 @@ def to_chat_body(body: Any) -> dict[str, Any]:
     return out
 
 
-def _text(value: Any, where: str) -> str | list[dict[str, str]]:
-    """A string, or text blocks as Chat Completions text parts."""
-    if isinstance(value, str):
-        return value
-    if not isinstance(value, list):
-        raise ApiError(f"'{where}' must be a string or a list of text blocks", param=where)
-    parts = []
-    for j, block in enumerate(value):
-        if not isinstance(block, dict) or block.get("type") != "text" or not isinstance(block.get("text"), str):
-            raise ApiError(f"'{where}[{j}]' must be a text block ({{'type': 'text', 'text': ...}})", param=f"{where}[{j}]")
-        parts.append({"type": "text", "text": block["text"]})
-    return parts
-
-
 def _block_type(block: Any, where: str) -> str:
     kind = block.get("type") if isinstance(block, dict) else None
     if not isinstance(kind, str):
@@ -108,6 +94,12 @@ def _block_type(block: Any, where: str) -> str:
     return kind
 
 
+def _text_part(block: dict[str, Any], where: str) -> dict[str, str]:
+    if not isinstance(block.get("text"), str):
+        raise ApiError(f"'{where}.text' must be a string", param=f"{where}.text")
+    return {"type": "text", "text": block["text"]}
+
+
 def _user(blocks: list, where: str) -> list[dict[str, Any]]:
     """A user message's blocks: each run of text blocks one ``user`` message, each tool result a ``tool`` one."""
     out: list[dict[str, Any]] = []
@@ -115,18 +107,16 @@ def _user(blocks: list, where: str) -> list[dict[str, Any]]:
         w = f"{where}.content[{j}]"
         kind = _block_type(block, w)
         if kind == "text":
-            if not isinstance(block.get("text"), str):
-                raise ApiError(f"'{w}.text' must be a string", param=f"{w}.text")
             if out and out[-1]["role"] == "user":
-                out[-1]["content"].append({"type": "text", "text": block["text"]})
+                out[-1]["content"].append(_text_part(block, w))
             else:
-                out.append({"role": "user", "content": [{"type": "text", "text": block["text"]}]})
+                out.append({"role": "user", "content": [_text_part(block, w)]})
         elif kind == "tool_result":
             if not isinstance(block.get("tool_use_id"), str):
                 raise ApiError(f"'{w}.tool_use_id' must be a string", param=f"{w}.tool_use_id")
             content = block.get("content", "")
             out.append({"role": "tool", "tool_call_id": block["tool_use_id"],
-                        "content": _text(content, f"{w}.content") if content is not None else ""})
+                        "content": text_content(content, f"{w}.content") if content is not None else ""})
         else:
             raise ApiError(f"'{w}' is a {kind!r} block; a user message holds text and tool_result blocks", param=w)
     if not out:
@@ -140,9 +130,7 @@ def _assistant(blocks: list, where: str) -> dict[str, Any]:
         w = f"{where}.content[{j}]"
         kind = _block_type(block, w)
         if kind == "text":
-            if not isinstance(block.get("text"), str):
-                raise ApiError(f"'{w}.text' must be a string", param=f"{w}.text")
-            text.append({"type": "text", "text": block["text"]})
+            text.append(_text_part(block, w))
         elif kind == "tool_use":
             if not isinstance(block.get("name"), str) or not isinstance(block.get("input", {}), dict):
                 raise ApiError(f"'{w}' must have a string 'name' and an object 'input'", param=w)
@@ -168,24 +156,13 @@ def _stop_sequences(value: Any) -> list[str]:
 
 
 def _tools(value: Any) -> list[dict[str, Any]]:
-    if not isinstance(value, list):
-        raise ApiError("'tools' must be a list", param="tools")
-    tools = []
+    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+        raise ApiError("'tools' must be a list of tool objects", param="tools")
     for i, t in enumerate(value):
-        w = f"tools[{i}]"
-        if not isinstance(t, dict) or not isinstance(t.get("name"), str) or not t["name"]:
-            raise ApiError(f"'{w}.name' must be a non-empty string", param=f"{w}.name")
         if t.get("type") not in (None, "custom"):
-            raise ApiError(f"'{w}' is a {t['type']!r} tool, which Anthropic runs on its servers; this server offers "
-                           "the model client tools only (name, description, input_schema)", param=w)
-        schema = t.get("input_schema", {"type": "object"})
-        if not isinstance(schema, dict):
-            raise ApiError(f"'{w}.input_schema' must be a JSON-schema object", param=f"{w}.input_schema")
-        fn = {"name": t["name"], "parameters": schema}
-        if isinstance(t.get("description"), str):
-            fn["description"] = t["description"]
-        tools.append({"type": "function", "function": fn})
-    return tools
+            raise ApiError(f"'tools[{i}]' is a {t['type']!r} tool, which Anthropic runs on its servers; this server "
+                           "offers the model client tools only (name, description, input_schema)", param=f"tools[{i}]")
+    return [flat_tool(t, f"tools[{i}]", "input_schema") for i, t in enumerate(value)]
 
 
 def _tool_choice(value: Any) -> Any:

@@ -32,6 +32,7 @@ import uuid
 from typing import Any, Callable
 
 from slime_ext.api.errors import ApiError
+from slime_ext.api.schemas import flat_tool, text_content
 
 TEXT_PARTS = ("input_text", "output_text", "text")
 
@@ -80,22 +81,6 @@ def keeps(body: dict[str, Any]) -> bool:
     return store
 
 
-def _text(content: Any, where: str) -> str | list[dict[str, str]]:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise ApiError(f"'{where}' must be a string or a list of content parts", param=where)
-    parts = []
-    for j, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in TEXT_PARTS or not isinstance(part.get("text"), str):
-            shown = f"an {kind!r} part" if isinstance(kind, str) else "not a text part"
-            raise ApiError(f"'{where}[{j}]' is {shown}; this server's model reads text only (input_text / "
-                           "output_text)", param=f"{where}[{j}]")
-        parts.append({"type": "text", "text": part["text"]})
-    return parts
-
-
 def _items(items: list) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i, item in enumerate(items):
@@ -108,7 +93,7 @@ def _items(items: list) -> list[dict[str, Any]]:
             if role not in ("user", "assistant", "system", "developer"):
                 raise ApiError(f"'{where}.role' must be user, assistant, system or developer", param=f"{where}.role")
             out.append({"role": "system" if role == "developer" else role,
-                        "content": _text(item.get("content"), f"{where}.content")})
+                        "content": text_content(item.get("content"), f"{where}.content", TEXT_PARTS)})
         elif kind == "function_call":
             if not isinstance(item.get("name"), str) or not isinstance(item.get("arguments", ""), str):
                 raise ApiError(f"'{where}' must have a string 'name' and string 'arguments'", param=where)
@@ -122,7 +107,7 @@ def _items(items: list) -> list[dict[str, Any]]:
             if not isinstance(item.get("call_id"), str):
                 raise ApiError(f"'{where}.call_id' must be a string", param=f"{where}.call_id")
             out.append({"role": "tool", "tool_call_id": item["call_id"],
-                        "content": _text(item.get("output", ""), f"{where}.output")})
+                        "content": text_content(item.get("output", ""), f"{where}.output", TEXT_PARTS)})
         elif kind != "reasoning":
             raise ApiError(f"'{where}' is a {kind!r} item; this server takes messages, function_call, "
                            "function_call_output and reasoning items", param=where)
@@ -130,22 +115,13 @@ def _items(items: list) -> list[dict[str, Any]]:
 
 
 def _tools(value: Any) -> list[dict[str, Any]]:
-    if not isinstance(value, list):
-        raise ApiError("'tools' must be a list", param="tools")
-    tools = []
+    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+        raise ApiError("'tools' must be a list of tool objects", param="tools")
     for i, t in enumerate(value):
-        w = f"tools[{i}]"
-        if not isinstance(t, dict) or t.get("type") != "function":
-            kind = t.get("type") if isinstance(t, dict) else None
-            raise ApiError(f"'{w}' is a {kind!r} tool; this server offers the model function tools only "
-                           "({'type': 'function', 'name', 'parameters'})", param=w)
-        if not isinstance(t.get("name"), str) or not t["name"]:
-            raise ApiError(f"'{w}.name' must be a non-empty string", param=f"{w}.name")
-        fn = {"name": t["name"], "parameters": t.get("parameters") or {"type": "object", "properties": {}}}
-        if isinstance(t.get("description"), str):
-            fn["description"] = t["description"]
-        tools.append({"type": "function", "function": fn})
-    return tools
+        if t.get("type") != "function":
+            raise ApiError(f"'tools[{i}]' is a {t.get('type')!r} tool; this server offers the model function tools "
+                           "only ({'type': 'function', 'name', 'parameters'})", param=f"tools[{i}]")
+    return [flat_tool(t, f"tools[{i}]", "parameters") for i, t in enumerate(value)]
 
 
 def _tool_choice(value: Any) -> Any:

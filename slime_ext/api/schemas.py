@@ -59,23 +59,28 @@ def _content(value: Any, where: str, role: str) -> str | list | None:
         if role in ("assistant", "tool", "function"):
             return None
         raise ApiError(f"'{where}' is required for a {role} message", param=where)
+    return text_content(value, where)
+
+
+def text_content(value: Any, where: str, part_types: tuple[str, ...] = ("text",)) -> str | list[dict[str, str]]:
+    """A string, or a list of text parts (of ``part_types``: each API names its own) as Chat Completions text
+    parts; an ``ApiError`` naming the part that is not one (an image: the served model reads text only)."""
     if isinstance(value, str):
         return value
-    if isinstance(value, list):
-        parts = []
-        for j, part in enumerate(value):
-            pw = f"{where}[{j}]"
-            if not isinstance(part, dict):
-                raise ApiError(f"'{pw}' must be an object with 'type' and 'text'", param=pw)
-            if part.get("type") != "text":
-                raise ApiError(
-                    f"'{pw}.type' is {part.get('type')!r}; this server accepts only 'text' content parts", param=pw
-                )
-            if not isinstance(part.get("text"), str):
-                raise ApiError(f"'{pw}.text' must be a string", param=pw)
-            parts.append({"type": "text", "text": part["text"]})
-        return parts
-    raise ApiError(f"'{where}' must be a string or a list of text parts", param=where)
+    if not isinstance(value, list):
+        raise ApiError(f"'{where}' must be a string or a list of text parts", param=where)
+    parts = []
+    for j, part in enumerate(value):
+        pw = f"{where}[{j}]"
+        if not isinstance(part, dict):
+            raise ApiError(f"'{pw}' must be an object with 'type' and 'text'", param=pw)
+        if part.get("type") not in part_types:
+            raise ApiError(f"'{pw}.type' is {part.get('type')!r}; this server accepts only "
+                           f"{' / '.join(repr(t) for t in part_types)} content parts (its model reads text only)", param=pw)
+        if not isinstance(part.get("text"), str):
+            raise ApiError(f"'{pw}.text' must be a string", param=pw)
+        parts.append({"type": "text", "text": part["text"]})
+    return parts
 
 
 def _tool_calls(value: Any, where: str) -> list[dict[str, Any]]:
@@ -149,6 +154,20 @@ def _tools(value: Any) -> list[dict[str, Any]]:
             raise ApiError(f"'{w}.function.parameters' must be a JSON-schema object", param=f"{w}.function.parameters")
         tools.append({"type": "function", "function": fn})
     return tools
+
+
+def flat_tool(t: dict[str, Any], where: str, schema_field: str) -> dict[str, Any]:
+    """A function tool given flat (``name``, ``description``, its JSON schema under ``schema_field``: Anthropic's
+    ``input_schema``, the Responses API's ``parameters``) as a Chat Completions tool."""
+    if not isinstance(t.get("name"), str) or not t["name"]:
+        raise ApiError(f"'{where}.name' must be a non-empty string", param=f"{where}.name")
+    schema = t.get(schema_field) or {"type": "object", "properties": {}}
+    if not isinstance(schema, dict):
+        raise ApiError(f"'{where}.{schema_field}' must be a JSON-schema object", param=f"{where}.{schema_field}")
+    fn = {"name": t["name"], "parameters": schema}
+    if isinstance(t.get("description"), str):
+        fn["description"] = t["description"]
+    return {"type": "function", "function": fn}
 
 
 def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> Any:
