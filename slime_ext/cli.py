@@ -72,6 +72,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from slime_ext.models.gguf import GgufError
+    from slime_ext.trainers.export import ExportError, export
+
+    try:
+        written = export(args.run_dir, args.version, args.format, args.out, gguf_type=args.gguf_type,
+                         progress=lambda m: print(m, file=sys.stderr))
+    except (ExportError, GgufError) as e:
+        print(f"openclaw-rl export: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(written))
+    return 0
+
+
 def cmd_records(args: argparse.Namespace) -> int:
     from slime_ext.store import export_records
 
@@ -213,6 +227,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", required=True, help="the run directory given to serve")
     p.add_argument("--user", help="whose preferences ('-': requests without a user); list: all users when omitted")
     p.set_defaults(fn=cmd_memory)
+    p = sub.add_parser("export", help="write a learned version as a peft adapter, a merged checkpoint or a GGUF file",
+                       description="Write a version the trainer published in RUN_DIR (the newest unless --version) "
+                                   "for other tools: peft (an adapter folder that peft, vLLM and SGLang load), "
+                                   "merged (a Hugging Face checkpoint) or gguf (one file for llama.cpp and Ollama). "
+                                   "`serve --model` serves a merged folder or a GGUF file.")
+    p.add_argument("--run-dir", required=True, help="the run directory given to serve")
+    p.add_argument("--version", type=int, help="the version to export [the newest with weights]")
+    p.add_argument("--format", required=True, choices=("peft", "merged", "gguf"), help="what to write")
+    p.add_argument("--out", required=True, help="the folder (peft, merged) or file (gguf) to write; must not exist")
+    p.add_argument("--gguf-type", default="f16", choices=("f16", "f32"), help="gguf: the matrices' type [f16]")
+    p.set_defaults(fn=cmd_export)
     p = sub.add_parser("models", help="list the built-in models and where they are cached",
                        description="List built-in models; --prepare converts them now instead of on first use.")
     p.add_argument("--prepare", action="store_true", help="convert / build every built-in model now")

@@ -6,6 +6,8 @@ Accepted values:
   tiny           a small random-weight Llama with SmolLM2's real tokenizer and a chat template
                  that supports tools; a long context, for fast tests.
   <directory>    any local Hugging Face causal-LM directory.
+  <file.gguf>    a GGUF file (``openclaw-rl export --format gguf`` writes one), dequantized once into a
+                 cached checkpoint by transformers' GGUF loader.
   <org/name>     a Hugging Face hub id (``@revision`` optional): from the standard HF cache, downloaded
                  into it when online, from the cache alone with ``HF_HUB_OFFLINE=1`` (``hub.py``).
 
@@ -46,9 +48,27 @@ def resolve_model(name: str, *, progress=print) -> Path:
     path = Path(name).expanduser()
     if not path.exists() and is_hub_id(name):
         return hub_checkpoint(name, progress)
+    if path.is_file() and path.suffix == ".gguf":
+        return _from_gguf(path, progress)
     if not path.is_dir():
-        raise ValueError(f"--model {name!r}: not a built-in model ({', '.join(BUILTIN_MODELS)}), not a directory "
-                         "and not a Hugging Face hub id (org/name)")
+        raise ValueError(f"--model {name!r}: not a built-in model ({', '.join(BUILTIN_MODELS)}), not a directory, "
+                         "not a .gguf file and not a Hugging Face hub id (org/name)")
     if not (path / "config.json").exists():
         raise ValueError(f"--model {name!r}: directory has no config.json; expected a Hugging Face causal-LM checkpoint")
     return path
+
+
+def _from_gguf(path: Path, progress) -> Path:
+    """A GGUF file (``openclaw-rl export --format gguf`` writes one), dequantized once into a cached checkpoint
+    named by its path, size and modification time."""
+    from slime_ext.models.builtin import atomic_build
+    from slime_ext.models.gguf import convert_gguf, file_key
+
+    target = cache_dir() / "gguf" / file_key(path)
+    if not (target / "config.json").exists():
+        progress(f"converting {path} to a checkpoint (once) at {target}...")
+        try:
+            atomic_build(target, lambda tmp: convert_gguf(path, tmp))
+        except Exception as e:  # transformers' loader: an architecture or tensor type it cannot read
+            raise ValueError(f"--model {str(path)!r}: this GGUF file could not be read as a checkpoint: {e}") from None
+    return target

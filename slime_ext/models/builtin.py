@@ -86,7 +86,7 @@ def _convert_smollm2(out: Path, progress) -> None:
     model = AutoModelForCausalLM.from_pretrained(
         src, gguf_file=SMOLLM2_GGUF, dtype=torch.float32, quantization_config=GgufConfig(dequantize=True)
     )
-    _save(model, tok, out)
+    save_checkpoint(model, tok, out)
 
 
 def _build_tiny(out: Path, progress) -> None:
@@ -106,10 +106,10 @@ def _build_tiny(out: Path, progress) -> None:
     )
     torch.manual_seed(0)
     model = LlamaForCausalLM(config)
-    _save(model, tok, out)
+    save_checkpoint(model, tok, out)
 
 
-def _save(model, tok, out: Path) -> None:
+def save_checkpoint(model, tok, out: Path) -> None:
     """Write a plain (unquantized) safetensors checkpoint with its tokenizer."""
     import torch
     from safetensors.torch import save_model
@@ -130,12 +130,23 @@ BUILTIN_MODELS = {"smollm2-135m": _convert_smollm2, "tiny": _build_tiny}
 
 def build_builtin(name: str, target: Path, *, progress=print) -> None:
     """Build ``name`` into ``target`` atomically (temp dir, then rename)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
     started = time.time()
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
-    try:
+
+    def build(tmp: Path) -> None:
         BUILTIN_MODELS[name](tmp, progress)
         ensure_generation_defaults(name, tmp)
+
+    atomic_build(target, build)
+    progress(f"{name}: ready in {time.time() - started:.1f} s at {target}")
+
+
+def atomic_build(target: Path, build) -> None:
+    """Run ``build(tmp)`` in a temporary folder beside ``target``, then rename it into place (a process that
+    finished first wins): an interrupted build never leaves a half-written checkpoint."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        build(tmp)
         try:
             tmp.rename(target)
         except OSError:  # another process finished first
@@ -143,7 +154,6 @@ def build_builtin(name: str, target: Path, *, progress=print) -> None:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    progress(f"{name}: ready in {time.time() - started:.1f} s at {target}")
 
 
 def ensure_generation_defaults(name: str, folder: Path) -> bool:
