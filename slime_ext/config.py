@@ -32,7 +32,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 @flat_keys
 @dataclass
 class ServeConfig(LearningConfig):
-    model: str = setting("smollm2-135m", "built-in name (smollm2-135m, tiny) or a local HF checkpoint directory",
+    model: str = setting("smollm2-135m", "built-in name (smollm2-135m, tiny), a local HF checkpoint directory or a .gguf file",
                          group=SERVING)
     host: str = setting("127.0.0.1", "address to bind; 0.0.0.0 exposes it: set --api-key then", group=SERVING)
     port: int = setting(30000, "port", group=SERVING)
