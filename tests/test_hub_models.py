@@ -45,7 +45,7 @@ def test_what_is_not_cached_is_refused_offline_saying_what_to_do(offline, tmp_pa
     with pytest.raises(ValueError, match=r"'Qwen/Qwen3-4B': not in the Hugging Face cache .*HF_HUB_OFFLINE=1 "
                                          r"forbids downloading it; download it once online"):
         resolve_model("Qwen/Qwen3-4B")
-    with pytest.raises(ValueError, match="not a built-in model .* not a directory and not a Hugging Face hub id"):
+    with pytest.raises(ValueError, match="not a built-in model .* not a directory, not a .gguf file and not a Hugging Face hub id"):
         resolve_model(str(tmp_path / "nothing" / "here"))
     assert is_hub_id("Qwen/Qwen3-4B") and is_hub_id("org/name@v1.0") and not is_hub_id("smollm2-135m")
     assert not is_hub_id("../escape") and not is_hub_id("/abs/path")
