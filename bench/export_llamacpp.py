@@ -71,7 +71,10 @@ async def ours(run_dir: Path, version: int, prompts: list[list[int]], max_tokens
     try:
         await eng.swap(checkpoints.directory(run_dir) / f"v{version:06d}", version)
         sampling = SamplingParams(temperature=0, max_new_tokens=max_tokens, stop_token_ids=(2,))
-        return [[t.token_id async for t in eng.generate(ids, sampling)] for ids in prompts]
+        replies = []
+        for ids in prompts:
+            replies.append([t.token_id async for t in eng.generate(ids, sampling)])
+        return replies
     finally:
         await eng.close()
 

@@ -13,16 +13,13 @@ import json
 import aiohttp
 import anthropic
 import pytest
-from aiohttp import web
 from openai import AsyncOpenAI
 from test_judging import wait_for_verdicts
-from test_tool_calls_http import REPLY, TOOLS, ScriptedEngine
+from test_tool_calls_http import TOOLS, start_scripted
 from transformers import AutoTokenizer
 
-from slime_ext.api.server import ChatServer, ServerSettings
 from slime_ext.models import resolve_model
-from slime_ext.sessions import SessionTracker
-from slime_ext.store import Store, export_records
+from slime_ext.store import export_records
 
 A_TOOLS = [{"name": t["function"]["name"], "input_schema": t["function"]["parameters"]} for t in TOOLS]
 USER = "weather?"
@@ -31,25 +28,13 @@ GREEDY = {"temperature": 0}  # the SDK (2.x) has no sampling arguments: sent as 
 
 @pytest.fixture
 async def scripted_pair(tmp_path):
-    """Two servers on the scripted engine, each with its own store: one spoken to over Messages, one over
-    Chat Completions."""
+    """Two servers on the scripted engine, each with its own store: one spoken to over Messages (or Responses),
+    one over Chat Completions."""
     tok = AutoTokenizer.from_pretrained(resolve_model("tiny"))
-    out, runners = [], []
-    for name in ("messages", "chat"):
-        store = Store(tmp_path / name)
-        server = ChatServer(ScriptedEngine(tok.encode(REPLY, add_special_tokens=False)), tok, store,
-                            SessionTracker(store, submit=store.submit), ServerSettings(model_name="tiny"))
-        runner = web.AppRunner(server.app())
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
-        runners.append(runner)
-        out.append((f"http://127.0.0.1:{port}", store))
-    yield out
-    for runner in runners:
+    started = [await start_scripted(tmp_path / name, tok) for name in ("messages", "chat")]
+    yield [(url, store) for url, store, _ in started]
+    for _, store, runner in started:
         await runner.cleanup()
-    for _, store in out:
         store.close()
 
 

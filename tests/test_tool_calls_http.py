@@ -38,18 +38,23 @@ class ScriptedEngine:
             yield TokenOut(t, -0.25, self.policy_version)
 
 
-@pytest.fixture
-async def scripted(tmp_path):
-    tok = AutoTokenizer.from_pretrained(resolve_model("tiny"))
-    store = Store(tmp_path / "run")
+async def start_scripted(run_dir, tok) -> tuple[str, Store, web.AppRunner]:
+    """A real ChatServer over the scripted engine on a free port: ``(base URL, its store, its runner)``."""
+    store = Store(run_dir)
     server = ChatServer(ScriptedEngine(tok.encode(REPLY, add_special_tokens=False)), tok, store,
                         SessionTracker(store, submit=store.submit), ServerSettings(model_name="tiny"))
     runner = web.AppRunner(server.app())
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    yield AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0), store, tok
+    return f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}", store, runner
+
+
+@pytest.fixture
+async def scripted(tmp_path):
+    tok = AutoTokenizer.from_pretrained(resolve_model("tiny"))
+    url, store, runner = await start_scripted(tmp_path / "run", tok)
+    yield AsyncOpenAI(base_url=url + "/v1", api_key="k", max_retries=0), store, tok
     await runner.cleanup()
     store.close()
 
