@@ -86,6 +86,23 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from slime_ext import dashboard
+    from slime_ext.store import DB_NAME, Store
+
+    if not (Path(args.run_dir) / DB_NAME).exists():
+        print(f"openclaw-rl report: {args.run_dir} holds no run (no {DB_NAME})", file=sys.stderr)
+        return 2
+    store = Store(args.run_dir)
+    try:
+        data = dashboard.collect(store, args.run_dir, args.user, None)
+    finally:
+        store.close()
+    Path(args.out).write_text(dashboard.page(data))
+    print(f"wrote {args.out}: {data['counts']['judged']} judged turns, version {data['served_version']}")
+    return 0
+
+
 def cmd_records(args: argparse.Namespace) -> int:
     from slime_ext.store import export_records
 
@@ -238,6 +255,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="the folder (peft, merged) or file (gguf) to write; must not exist")
     p.add_argument("--gguf-type", default="f16", choices=("f16", "f32"), help="gguf: the matrices' type [f16]")
     p.set_defaults(fn=cmd_export)
+    p = sub.add_parser("report", help="write an offline HTML page of what a run learned",
+                       description="Write one self-contained HTML file (no network needed to open it) with what the "
+                                   "server's /ui page shows live: versions and the canary, judged / trained / "
+                                   "dropped turns and why, reward over time per user, preferences, hints not "
+                                   "followed yet, recent turns.")
+    p.add_argument("--run-dir", required=True, help="the run directory given to serve")
+    p.add_argument("--out", required=True, help="the HTML file to write")
+    p.add_argument("--user", help="only this named user's figures [everyone's]")
+    p.set_defaults(fn=cmd_report)
     p = sub.add_parser("models", help="list the built-in models and where they are cached",
                        description="List built-in models; --prepare converts them now instead of on first use.")
     p.add_argument("--prepare", action="store_true", help="convert / build every built-in model now")

@@ -33,6 +33,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
+from slime_ext import dashboard
 from slime_ext.api import anthropic, responses
 from slime_ext.api.errors import ApiError
 from slime_ext.api.guard import ConnectionGuard
@@ -68,6 +69,7 @@ from slime_ext.types import Turn
 
 log = logging.getLogger(__name__)
 
+PAGE_PATH = "/ui"  # what the agent learned, as a page (slime_ext/dashboard.py)
 MESSAGES_PATH = "/v1/messages"  # Anthropic's Messages API: its errors in Anthropic's shape too
 CUT_HEADER = "X-OpenClaw-RL-Prompt-Tokens-Cut"  # tokens of the system prompt cut to fit the context
 # what the middlewares leave on a request (aiohttp's typed keys where it has them)
@@ -163,6 +165,8 @@ class ChatServer:
         app.router.add_post("/v1/responses", self.responses)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/healthz", self.healthz)
+        app.router.add_get(PAGE_PATH, self.ui)
+        app.router.add_get("/v1/dashboard", self.dashboard)
         app.router.add_get("/metrics", self.prometheus)
         app.router.add_get("/v1/memory", self.memory_list)
         app.router.add_delete("/v1/memory", self.memory_clear)
@@ -210,9 +214,12 @@ class ChatServer:
         checks; CORS preflights of allowed origins."""
         check_http_version(request.version)
         check_declared_length(request.content_length, self.settings.max_body_bytes)
+        origin = request.headers.get("Origin")
         if self._check_host:
             check_host(request.headers.get("Host"), self._hosts)
-        if check_origin(request.headers.get("Origin"), self._origins):
+            if origin is not None and origin.rstrip("/").lower() == f"http://{request.headers.get('Host', '')}".lower():
+                origin = None  # same origin, on a Host that is ours: our own page (/ui) calling its server
+        if check_origin(origin, self._origins):
             request[CORS] = True
             if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
                 return web.Response(status=204, headers={
@@ -239,7 +246,7 @@ class ChatServer:
         if not (self.settings.api_keys or users):
             return OPERATOR
         key = sent_key(request.headers)
-        if key is None and request.path == "/healthz":
+        if key is None and request.path in ("/healthz", PAGE_PATH):  # the page holds no figures: it asks with a key
             return PUBLIC
         # aiohttp decodes header bytes that are not UTF-8 to surrogates: compare bytes, never fail on them
         raw = (key or "").encode("utf-8", "surrogateescape")
@@ -308,6 +315,25 @@ class ChatServer:
         if not access.details:
             body["access"] = "no API key: figures that identify no one; per-user and filesystem details need a key"
         return web.json_response(body)
+
+    async def ui(self, request: web.Request) -> web.Response:
+        """``GET /ui``: the page that shows what the agent learned (slime_ext/dashboard.py). It holds no figures:
+        it asks ``/v1/dashboard`` for them with the key given in its address (``/ui#key=KEY``)."""
+        return web.Response(text=dashboard.page(), content_type="text/html",
+                            headers={"Cache-Control": "no-store", "Content-Security-Policy":
+                                     "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                                     "img-src 'self' data:"})
+
+    async def dashboard(self, request: web.Request) -> web.Response:
+        """``GET /v1/dashboard``: the page's figures; a per-user key sees its own user's, the shared key everyone's."""
+        access = request[ACCESS]
+        if not access.sees_users:
+            raise ApiError("the dashboard needs an API key", status=401, type="authentication_error",
+                           code="invalid_api_key")
+        only = None if access.everyone else access.user
+        data = await self.store.run(dashboard.collect, self.store, self.store.run_dir, only, self.engine.policy_version,
+                                    self.settings.model_name)
+        return web.json_response(data)
 
     async def _memory_counts(self) -> dict[str, Any]:
         """The preference memory in figures that identify no user: on or off, how many users have standing

@@ -413,6 +413,17 @@ class Store:
                                      (response_id, user or "")).fetchone()
         return json.loads(row["conversation"]) if row else None
 
+    def recent_turns(self, only_user: str | None, limit: int = 500) -> list[dict[str, Any]]:
+        """The newest ``limit`` turns (``only_user``'s alone when given), oldest first, with what became of them:
+        for the page and ``report`` (``slime_ext/dashboard.py``)."""
+        with self._lock:
+            rows = self._conn.execute(
+                f"""SELECT session_id, idx, user, main_line, created_at, judged_at, verdict, hint, dropped,
+                           trained_in_version, policy_version, substr(response_text, 1, 240) AS reply
+                    FROM turns {'WHERE user=?' if only_user is not None else ''} ORDER BY created_at DESC LIMIT ?""",
+                ((only_user,) if only_user is not None else ()) + (limit,)).fetchall()
+        return [{**dict(r), "main_line": bool(r["main_line"]), "user": r["user"] or "-"} for r in reversed(rows)]
+
     def clear_preferences(self, user: str | None) -> int:
         """Delete every preference of ``user``; how many there were."""
         with self._transaction():
