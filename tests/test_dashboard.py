@@ -12,25 +12,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 
 from conftest import require_chromium
+from test_learning_e2e import wait
 from test_memory import STANDING, seed
 
 ARGS = ["--method", "binary", "--batch-size", "2", "--lora-rank", "4", "--lr", "1e-3", "--no-canary",
         "--user-key", "alice=ak", "--user-key", "bob=bk"]
-
-
-def wait_for(fn, timeout=120.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout} s")
 
 
 def call(srv, method, path, key, body=None):
@@ -75,24 +65,27 @@ def test_the_page_shows_a_users_figures_live_and_forgets_on_request(make_server,
     try:
         page = browser.new_page()
         page.navigate(srv.base + "/ui#key=ak")
-        text = lambda sel: page.evaluate(f"(document.querySelector({json.dumps(sel)}) || {{}}).textContent || ''")
-        wait_for(lambda: text("#version") not in ("", "-"))
+
+        def text(selector: str) -> str:
+            return page.evaluate(f"(document.querySelector({json.dumps(selector)}) || {{}}).textContent || ''")
+
+        wait(lambda: text("#version") not in ("", "-"))
         assert "ak" not in page.evaluate("location.href")  # the key left the address bar
         prefs = text("#preferences")
         assert STANDING["alice"] in prefs and STANDING["bob"] not in prefs  # alice's own only
-        before_version = int(wait_for(lambda: text("#version") if text("#version") != "0" else None))
+        before_version = int(wait(lambda: text("#version") if text("#version") != "0" else None))
         before_judged = int(text('[data-count="judged"] b'))
         # more judged turns: the trainer publishes a new version, and the open page shows both
         converse(srv, "ak", "question 1", "Thanks, that's perfect!")
         converse(srv, "ak", "question 2", "No, that's wrong. Try again.")
-        wait_for(lambda: int(text('[data-count="judged"] b')) >= before_judged + 2)
-        wait_for(lambda: int(text("#version")) > before_version, timeout=180)
+        wait(lambda: int(text('[data-count="judged"] b')) >= before_judged + 2)
+        wait(lambda: int(text("#version")) > before_version, timeout=180)
         assert f'data-version="{text("#version")}"' in page.evaluate("document.querySelector('#versions').innerHTML")
         assert "trained in v" in text("#turns") and "Thanks" not in text("#preferences")
         # forget: alice's button deletes alice's preference
         (alice_pref,) = [p for p in call(srv, "GET", "/v1/memory", "ak")[1]["data"] if p["hint"] == STANDING["alice"]]
         page.evaluate(f"document.querySelector('[data-forget=\"{alice_pref['id']}\"]').click()")
-        wait_for(lambda: STANDING["alice"] not in text("#preferences"))
+        wait(lambda: STANDING["alice"] not in text("#preferences"))
         assert STANDING["alice"] not in [p["hint"] for p in call(srv, "GET", "/v1/memory", "ak")[1]["data"]]
         # bob's, asked for from alice's page with alice's key, is refused and stays
         (bob_pref,) = [p for p in call(srv, "GET", "/v1/memory", "bk")[1]["data"] if p["hint"] == STANDING["bob"]]
