@@ -76,5 +76,6 @@ async def test_auto_float32_without_a_4bit_checkpoint_serves_plain_float32(monke
     eng = LocalEngine(resolve_model("tiny"), dtype="auto", threads=1)
     try:
         assert eng.dtype == torch.float32 and eng._packed is None  # random weights: no int4, no wrappers
+        assert not any("forward" in m.__dict__ for m in eng.model.modules())  # every layer's own forward
     finally:
         await eng.close()

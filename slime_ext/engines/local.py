@@ -124,9 +124,13 @@ class LocalEngine:
         self._torch = torch
         self.device = resolve_device(device)
         self.threads = threads or os.cpu_count() or 1
-        name, why = resolve_dtype(dtype, device=self.device.type)
-        # auto's float32 (no native bf16): one row may still read a 4-bit checkpoint's int4 weights (engines/packed.py)
-        self._int4_float32 = dtype == "auto" and name == "float32" and self.device.type == "cpu"
+        cpu = self.device.type == "cpu"
+        cpuinfo = _read_cpuinfo() if cpu else ""
+        name, why = resolve_dtype(dtype, cpuinfo, device=self.device.type)
+        # how the CPU's linear layers compute (engines/packed.py): packed bf16 where bf16 is native; auto's float32
+        # (no native bf16) may still read a 4-bit checkpoint's int4 weights for one row
+        self._pack_bf16 = cpu and name == "bfloat16" and native_bf16(cpuinfo)
+        self._int4_float32 = cpu and dtype == "auto" and name == "float32"
         log.info("engine dtype %s (%s), on %s", name, why, self.device)
         self.dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[name]
         self.model_dir = Path(model_dir)
@@ -174,10 +178,10 @@ class LocalEngine:
         self.model.eval()
         self.model.requires_grad_(False)
         self._lean = lean_decoder(self.model)  # None: transformers' forward decodes (engines/decode.py)
-        if not (pack_weights and self.device.type == "cpu" and packing_available()):
+        if not (pack_weights and packing_available()):
             return
         groups = self._lean.groups if self._lean else ()
-        if self.dtype == torch.bfloat16 and native_bf16(_read_cpuinfo()):
+        if self._pack_bf16:
             self._packed = PackedLinears(self.model, groups=groups)
         elif self._int4_float32:
             self._packed = PackedLinears(self.model, groups=groups, bf16=False)

@@ -97,8 +97,11 @@ class PackedLinears:
         self._packs: dict[str, tuple[int, Any]] = {}  # module name -> (weight data_ptr, packed weight)
         self._lora: dict[tuple[str, ...], _Int4Lora] = {}  # int4 group -> the served adapter's term on it
         self.pack(self.modules)
+        # a float32 model's layers compute as before unless one row may read them as int4
+        int4_names = {n for g in self._int4 for n in g}
         for name, module in self.modules.items():
-            module.forward = self._forward_of(name, module)
+            if bf16 or name in int4_names:
+                module.forward = self._forward_of(name, module)
 
     def _pack_int4(self, group: tuple[str, ...]) -> _Int4Group | None:
         mods = tuple(self.modules[n] for n in group)
@@ -143,16 +146,19 @@ class PackedLinears:
         ``in_place``: they were changed in place, so they are no longer the 4-bit checkpoint's (a
         re-pointed module is told apart by its tensor)."""
         names = [n for n in names if n in self.modules]
-        for name in names if self.bf16 else ():
-            weight = self.modules[name].weight
-            self._packs[name] = (weight.data_ptr(), pack_weight(weight))
+        if self.bf16:
+            for name in names:
+                weight = self.modules[name].weight
+                self._packs[name] = (weight.data_ptr(), pack_weight(weight))
         if in_place:
             self._int4 = {g: q for g, q in self._int4.items() if not set(g) & set(names)}
 
     def prepared(self, weights: dict[str, torch.Tensor]) -> dict[str, tuple[int, Any]]:
         """Packings of new weights (``{module name: tensor}``), made off the worker thread, to
         ``install`` when the module holds exactly these tensors."""
-        return {name: (w.data_ptr(), pack_weight(w)) for name, w in weights.items() if name in self.modules and self.bf16}
+        if not self.bf16:
+            return {}
+        return {name: (w.data_ptr(), pack_weight(w)) for name, w in weights.items() if name in self.modules}
 
     def install(self, packs: dict[str, tuple[int, Any]]) -> None:
         self._packs.update(packs)
