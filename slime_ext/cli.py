@@ -73,15 +73,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from slime_ext.models.gguf import GgufError
-    from slime_ext.trainers.export import ExportError, export
+    from slime_ext.trainers.export import export
 
-    try:
-        written = export(args.run_dir, args.version, args.format, args.out, gguf_type=args.gguf_type,
-                         progress=lambda m: print(m, file=sys.stderr))
-    except (ExportError, GgufError) as e:
-        print(f"openclaw-rl export: {e}", file=sys.stderr)
-        return 2
+    written = export(args.run_dir, args.version, args.format, args.out, gguf_type=args.gguf_type,
+                     progress=lambda m: print(m, file=sys.stderr))
     print(json.dumps(written))
     return 0
 
@@ -91,8 +86,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from slime_ext.store import DB_NAME, Store
 
     if not (Path(args.run_dir) / DB_NAME).exists():
-        print(f"openclaw-rl report: {args.run_dir} holds no run (no {DB_NAME})", file=sys.stderr)
-        return 2
+        raise ValueError(f"{args.run_dir} holds no run (no {DB_NAME})")
     store = Store(args.run_dir)
     try:
         data = dashboard.collect(store, args.run_dir, args.user, None)
@@ -224,6 +218,9 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from slime_ext.models.gguf import GGUF_TYPES
+    from slime_ext.trainers.export import FORMATS
+
     parser = argparse.ArgumentParser(prog="openclaw-rl", description="Serve a self-hosted agent and learn from its conversations.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("serve", help="start the OpenAI-compatible server and record every conversation",
@@ -245,15 +242,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--user", help="whose preferences ('-': requests without a user); list: all users when omitted")
     p.set_defaults(fn=cmd_memory)
     p = sub.add_parser("export", help="write a learned version as a peft adapter, a merged checkpoint or a GGUF file",
-                       description="Write a version the trainer published in RUN_DIR (the newest unless --version) "
+                       description="Write a LoRA version the trainer published in RUN_DIR (the newest unless --version) "
                                    "for other tools: peft (an adapter folder that peft, vLLM and SGLang load), "
                                    "merged (a Hugging Face checkpoint) or gguf (one file for llama.cpp and Ollama). "
                                    "`serve --model` serves a merged folder or a GGUF file.")
     p.add_argument("--run-dir", required=True, help="the run directory given to serve")
     p.add_argument("--version", type=int, help="the version to export [the newest with weights]")
-    p.add_argument("--format", required=True, choices=("peft", "merged", "gguf"), help="what to write")
+    p.add_argument("--format", required=True, choices=FORMATS, help="what to write")
     p.add_argument("--out", required=True, help="the folder (peft, merged) or file (gguf) to write; must not exist")
-    p.add_argument("--gguf-type", default="f16", choices=("f16", "f32"), help="gguf: the matrices' type [f16]")
+    p.add_argument("--gguf-type", default="f16", choices=GGUF_TYPES, help="gguf: the matrices' type [f16]")
     p.set_defaults(fn=cmd_export)
     p = sub.add_parser("report", help="write an offline HTML page of what a run learned",
                        description="Write one self-contained HTML file (no network needed to open it) with what the "

@@ -22,40 +22,29 @@ from typing import Any
 
 from slime_ext.trainers import canary, checkpoints
 
-RECENT_TURNS = 30  # turns in the "recent turns" table; the reward curve takes up to 2,000
+RECENT_TURNS = 30  # turns in the "recent turns" table
+REWARD_POINTS = 2000  # the newest verdicts the reward curve draws
 
 
 def collect(store, run_dir: str | Path, only_user: str | None, served_version: int | None,
             model: str = "") -> dict[str, Any]:
     """The figures of ``run_dir`` (``only_user``'s alone when given: a per-user key's view); run it off the event
     loop (it reads the store and the run directory)."""
-    turns = store.recent_turns(only_user, 2000)
     users = [only_user] if only_user is not None else [None if u == "-" else u for u in store.preference_users()]
     versions = _versions(run_dir)
+    counts = store.counts(only_user)
     return {
         "model": model, "generated_at": time.time(), "user": only_user,
         "served_version": served_version if served_version is not None else (versions[-1]["version"] if versions else 0),
-        "counts": _counts(turns), "versions": versions, "canary": canary.read_status(run_dir) or {},
-        "rewards": [{"user": t["user"], "at": t["judged_at"], "verdict": t["verdict"]}
-                    for t in turns if t["verdict"] is not None],
+        "counts": {"judged": counts["judged_turns"], "trained": counts["trained_turns"],
+                   "dropped": counts["dropped_turns"], "waiting": counts["waiting_to_train"],
+                   "mean_verdict": counts["mean_verdict"], "dropped_by_reason": counts["dropped_by_reason"]},
+        "versions": versions, "canary": canary.read_status(run_dir) or {},
+        "rewards": store.verdicts_over_time(only_user, REWARD_POINTS),
         "preferences": [{**p, "user": u or "-"} for u in users for p in store.preferences(u)],
         "unfollowed_hints": store.teacher_check_summary(20, only_user)["hints_unfollowed_recent"],
-        "recent_turns": turns[-RECENT_TURNS:],
+        "recent_turns": store.recent_turns(only_user, RECENT_TURNS),
     }
-
-
-def _counts(turns: list[dict[str, Any]]) -> dict[str, Any]:
-    judged = [t for t in turns if t["verdict"] is not None]
-    dropped: dict[str, int] = {}
-    for t in turns:
-        if t["dropped"]:
-            reason = t["dropped"].split(":")[0]
-            dropped[reason] = dropped.get(reason, 0) + 1
-    trained = sum(t["trained_in_version"] is not None for t in turns)
-    return {"turns": len(turns), "judged": len(judged), "trained": trained, "dropped": sum(dropped.values()),
-            "waiting": len(judged) - trained - sum(1 for t in judged if t["dropped"]),
-            "mean_verdict": sum(t["verdict"] for t in judged) / len(judged) if judged else None,
-            "dropped_by_reason": dropped}
 
 
 def _versions(run_dir: str | Path) -> list[dict[str, Any]]:

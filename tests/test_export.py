@@ -132,6 +132,9 @@ def test_export_refuses_what_it_cannot_write_and_says_why(run_dir, tmp_path):
     finally:
         (run_dir / "canary.json").unlink()
     assert "the canary refused it (nll rose by 0.9)" in err and "versions with weights: 1" in err
+    full = tmp_path / "full-run"  # a --lora-rank 0 version: full weights, no record of its base or tokenizer
+    AutoModelForCausalLM.from_pretrained(resolve_model("tiny")).save_pretrained(checkpoints.directory(full) / "v000001")
+    assert "holds full weights (trained with --lora-rank 0)" in refused(full, "--format", "merged", "--out", tmp_path / "c")
     (tmp_path / "full").mkdir()
     (tmp_path / "full/x").write_text("")
     assert "exists and is not empty" in refused(run_dir, "--format", "peft", "--out", tmp_path / "full")

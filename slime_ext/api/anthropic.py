@@ -30,6 +30,7 @@ from typing import Any
 
 from slime_ext.api.errors import ApiError
 from slime_ext.api.schemas import MAX_STOP, flat_tool, text_content
+from slime_ext.api.sse import sse
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                404: "not_found_error", 405: "invalid_request_error", 408: "timeout_error",
@@ -207,11 +208,6 @@ def stop_reason(finish_reason: str, stop_sequence: str | None) -> str:
     return STOP_REASONS.get(finish_reason, "end_turn")
 
 
-def sse(event: str, data: dict[str, Any]) -> bytes:
-    """One server-sent event as Anthropic writes them: the event name, then its JSON."""
-    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
-
-
 def message(msg_id: str, model: str, parser, finish_reason: str, input_tokens: int, output_tokens: int) -> dict[str, Any]:
     """A whole reply as a Messages response: its reasoning, text and tool calls as content blocks."""
     content: list[dict[str, Any]] = []
@@ -236,7 +232,7 @@ class Frames:
     def __init__(self, msg_id: str, model: str, input_tokens: int) -> None:
         self.msg_id, self.model, self.input_tokens = msg_id, model, input_tokens
         self.index = -1  # the current block's index
-        self.open: str | None = None  # the current block's kind while it is open ("content" or "reasoning")
+        self.open: str | None = None  # the current block's type while it is open
 
     def start(self) -> bytes:
         started = {"id": self.msg_id, "type": "message", "role": "assistant", "model": self.model, "content": [],
@@ -253,9 +249,8 @@ class Frames:
                     + self._close())
         block_type, delta_type, field = self.KINDS[kind]
         out = b""
-        if self.open != kind:
+        if self.open != block_type:
             out = self._close() + self._begin({"type": block_type, field: ""})
-            self.open = kind
         return out + sse("content_block_delta", {"type": "content_block_delta", "index": self.index,
                                                  "delta": {"type": delta_type, field: value}})
 
@@ -271,7 +266,7 @@ class Frames:
 
     def _begin(self, block: dict[str, Any]) -> bytes:
         self.index += 1
-        self.open = "tool" if block["type"] == "tool_use" else self.open
+        self.open = block["type"]
         return sse("content_block_start", {"type": "content_block_start", "index": self.index, "content_block": block})
 
     def _close(self) -> bytes:

@@ -27,12 +27,12 @@ conversation it answered (without the instructions) and its reply, in the run's 
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any, Callable
 
 from slime_ext.api.errors import ApiError
 from slime_ext.api.schemas import flat_tool, text_content
+from slime_ext.api.sse import sse
 
 TEXT_PARTS = ("input_text", "output_text", "text")
 
@@ -205,7 +205,7 @@ class Frames:
             item = function_call_item(value)
             out += self._close()
             out += self._sse("response.output_item.added", output_index=len(self.output),
-                                              item={**item, "arguments": "", "status": "in_progress"})
+                             item={**item, "arguments": "", "status": "in_progress"})
             out += self._sse("response.function_call_arguments.delta", item_id=item["id"],
                              output_index=len(self.output), delta=item["arguments"])
             out += self._sse("response.function_call_arguments.done", item_id=item["id"],
@@ -256,6 +256,5 @@ class Frames:
         return out + self._sse("response.output_item.done", output_index=i, item=done)
 
     def _sse(self, kind: str, **fields: Any) -> bytes:
-        data = {"type": kind, "sequence_number": self.seq, **fields}
         self.seq += 1
-        return f"event: {kind}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+        return sse(kind, {"type": kind, "sequence_number": self.seq - 1, **fields})

@@ -9,9 +9,11 @@ Request path of ``POST /v1/chat/completions``:
 The turn is committed before the final chunk (``finish_reason``) is written, so a client that got
 a whole response can always find it in the store.
 
-``POST /v1/messages`` (Anthropic's Messages API) is the same path: its body is translated into the chat
-request it stands for (api/anthropic.py) before validation, and only the reply (content blocks, Anthropic's
-event stream) and the errors take Anthropic's shape.
+``POST /v1/messages`` (Anthropic's Messages API) and ``POST /v1/responses`` (OpenAI's Responses API) are the
+same path: the body is translated into the chat request it stands for (api/anthropic.py, api/responses.py)
+before validation, and only the reply (content blocks or output items, and their event streams) takes that
+API's shape; Messages' errors take Anthropic's shape too. ``GET /ui`` is the page of what the agent learned
+(slime_ext/dashboard.py), with its figures from ``GET /v1/dashboard``.
 """
 
 from __future__ import annotations
@@ -326,10 +328,7 @@ class ChatServer:
 
     async def dashboard(self, request: web.Request) -> web.Response:
         """``GET /v1/dashboard``: the page's figures; a per-user key sees its own user's, the shared key everyone's."""
-        access = request[ACCESS]
-        if not access.sees_users:
-            raise ApiError("the dashboard needs an API key", status=401, type="authentication_error",
-                           code="invalid_api_key")
+        access = request[ACCESS]  # never PUBLIC: only /healthz and the page itself are served without a key
         only = None if access.everyone else access.user
         data = await self.store.run(dashboard.collect, self.store, self.store.run_dir, only, self.engine.policy_version,
                                     self.settings.model_name)
@@ -463,8 +462,9 @@ class ChatServer:
                                code="previous_response_not_found")
         chat_body, conversation = responses.to_chat_body(body, previous)
         req = parse_chat_request(chat_body)
+        keep = responses.keeps(body)  # checked before the session is assigned: a bad request changes nothing
         gen = await self._generation(request, req, received, big=len(raw) > BIG_REQUEST_BYTES, id_prefix="resp_")
-        gen.kept_conversation = conversation if responses.keeps(body) else None
+        gen.kept_conversation = conversation if keep else None
         return await self._serve(gen, gen.responses_stream(request, body) if req.stream else gen.responses_complete(body))
 
     async def _generation(self, request: web.Request, req: ChatRequest, received: float, big: bool,
@@ -776,7 +776,7 @@ class _Generation:
 
     async def _stream(self, request: web.Request, frames) -> web.StreamResponse:
         """Stream the reply as ``frames`` writes it (``start``, an ``event`` per parser event, ``end`` once the
-        turn is recorded, or ``error``): Chat Completions chunks or Anthropic's events."""
+        turn is recorded, or ``error``): Chat Completions chunks, Anthropic's events or the Responses events."""
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                            "X-Session-Id": self.a.client_session_id, **self.headers()})
         await resp.prepare(request)

@@ -172,7 +172,6 @@ class LocalEngine:
         24 when the loading thread had run parallel work too (docs/engine.md)."""
         from transformers import AutoModelForCausalLM
 
-        torch = self._torch
         self.model = AutoModelForCausalLM.from_pretrained(str(self.model_dir), dtype=self.dtype,
                                                           attn_implementation=attn_implementation).to(self.device)
         self.model.eval()

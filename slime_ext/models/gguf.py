@@ -24,7 +24,7 @@ LAYER_NAMES = {"input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.w
 TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER_DEFINED = 1, 3, 4
 
 
-class GgufError(Exception):
+class GgufError(ValueError):
     """A model or tokenizer this writer cannot lay out as GGUF."""
 
 

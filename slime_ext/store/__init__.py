@@ -413,6 +413,16 @@ class Store:
                                      (response_id, user or "")).fetchone()
         return json.loads(row["conversation"]) if row else None
 
+    def verdicts_over_time(self, only_user: str | None, limit: int = 2000) -> list[dict[str, Any]]:
+        """The latest ``limit`` verdicts (``only_user``'s alone when given) with their user and time, in the order
+        they were judged: the page's reward curve."""
+        with self._lock:
+            rows = self._conn.execute(
+                f"""SELECT user, judged_at AS at, verdict FROM turns WHERE verdict IS NOT NULL
+                    {'AND user=?' if only_user is not None else ''} ORDER BY judged_at DESC LIMIT ?""",
+                ((only_user,) if only_user is not None else ()) + (limit,)).fetchall()
+        return [{"user": r["user"] or "-", "at": r["at"], "verdict": r["verdict"]} for r in reversed(rows)]
+
     def recent_turns(self, only_user: str | None, limit: int = 500) -> list[dict[str, Any]]:
         """The newest ``limit`` turns (``only_user``'s alone when given), oldest first, with what became of them:
         for the page and ``report`` (``slime_ext/dashboard.py``)."""
@@ -562,21 +572,24 @@ class Store:
             return [tuple(r) for r in self._conn.execute(
                 "SELECT user, COUNT(*), AVG(verdict) FROM turns WHERE verdict IS NOT NULL GROUP BY user ORDER BY user")]
 
-    def counts(self) -> dict[str, Any]:
-        """Turn counts for ``/healthz``; drop reasons are grouped by the text before their first colon."""
+    def counts(self, only_user: str | None = None) -> dict[str, Any]:
+        """Turn counts for ``/healthz`` (and the page: ``only_user``'s alone when given); drop reasons are grouped
+        by the text before their first colon."""
+        mine, args = ("AND user=?", (only_user,)) if only_user is not None else ("", ())
         with self._lock:
             row = self._conn.execute(
-                """SELECT (SELECT COUNT(*) FROM sessions), (SELECT COUNT(*) FROM turns),
-                          (SELECT COUNT(*) FROM turns WHERE main_line=1),
-                          (SELECT COUNT(*) FROM turns WHERE next_state IS NOT NULL),
-                          (SELECT COUNT(*) FROM turns WHERE verdict IS NOT NULL),
-                          (SELECT AVG(verdict) FROM turns WHERE verdict IS NOT NULL),
-                          (SELECT COUNT(*) FROM turns WHERE trained_in_version IS NOT NULL),
-                          (SELECT COUNT(*) FROM turns WHERE dropped IS NOT NULL)"""
+                f"""SELECT (SELECT COUNT(*) FROM sessions WHERE 1 {mine}), (SELECT COUNT(*) FROM turns WHERE 1 {mine}),
+                          (SELECT COUNT(*) FROM turns WHERE main_line=1 {mine}),
+                          (SELECT COUNT(*) FROM turns WHERE next_state IS NOT NULL {mine}),
+                          (SELECT COUNT(*) FROM turns WHERE verdict IS NOT NULL {mine}),
+                          (SELECT AVG(verdict) FROM turns WHERE verdict IS NOT NULL {mine}),
+                          (SELECT COUNT(*) FROM turns WHERE trained_in_version IS NOT NULL {mine}),
+                          (SELECT COUNT(*) FROM turns WHERE dropped IS NOT NULL {mine})""", args * 8
             ).fetchone()
             reasons = self._conn.execute(
-                """SELECT CASE WHEN instr(dropped, ':') > 0 THEN substr(dropped, 1, instr(dropped, ':') - 1)
-                               ELSE dropped END, COUNT(*) FROM turns WHERE dropped IS NOT NULL GROUP BY 1""").fetchall()
+                f"""SELECT CASE WHEN instr(dropped, ':') > 0 THEN substr(dropped, 1, instr(dropped, ':') - 1)
+                               ELSE dropped END, COUNT(*) FROM turns WHERE dropped IS NOT NULL {mine} GROUP BY 1""",
+                args).fetchall()
         return {"sessions": row[0], "turns": row[1], "main_line_turns": row[2], "turns_with_next_state": row[3],
                 "judged_turns": row[4], "mean_verdict": row[5], "trained_turns": row[6], "dropped_turns": row[7],
                 "waiting_to_train": row[4] - row[6] - row[7], "dropped_by_reason": {r: n for r, n in reasons}}

@@ -5,14 +5,15 @@
 - ``peft``: the version's LoRA adapter as a folder that peft, vLLM and SGLang load (``adapter_config.json``
   naming the base checkpoint, ``adapter_model.safetensors``), with the base's tokenizer beside it;
 - ``merged``: a Hugging Face checkpoint (config, tokenizer, ``model.safetensors``, generation config)
-  with the version's weights merged in; ``serve --model PATH`` serves it;
+  with the version's adapter merged in; ``serve --model PATH`` serves it;
 - ``gguf``: one file llama.cpp and Ollama load (``models/gguf.py``); ``serve --model FILE``
   serves it too.
 
 A version is a ``checkpoints/v<N>`` folder the trainer wrote (``trainers/checkpoints.py``). The canary
 never lets a refused version be written (the previous version keeps serving), so a refused version has
 nothing to export: asking for one says so, as does asking for one whose weights were pruned
-(``--keep-checkpoints``).
+(``--keep-checkpoints``). Versions of LoRA training (the default) are exported; a full-weight version
+(``--lora-rank 0``) records neither its base model nor its tokenizer, and is refused saying so.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ FORMATS = ("peft", "merged", "gguf")
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
 
-class ExportError(Exception):
-    """An export that cannot be made, saying why."""
+class ExportError(ValueError):
+    """An export that cannot be made, saying why (the CLI prints it and exits 2, as for any ValueError)."""
 
 
 def find_version(run_dir: str | Path, version: int | None) -> tuple[int, Path]:
@@ -66,13 +67,9 @@ def export(run_dir: str | Path, version: int | None, fmt: str, out: str | Path, 
     if out.exists() and (out.is_file() or any(out.iterdir())):
         raise ExportError(f"{out} exists and is not empty: choose a new --out")
     version, path = find_version(run_dir, version)
-    lora = _is_adapter(path)
     base = _base_of(path)
-    progress(f"exporting version {version} of {run_dir} ({'a LoRA adapter' if lora else 'full weights'} on "
-             f"{base}) as {fmt}...")
+    progress(f"exporting version {version} of {run_dir} (a LoRA adapter on {base}) as {fmt}...")
     if fmt == "peft":
-        if not lora:
-            raise ExportError(f"version {version} holds full weights, not a LoRA adapter: export it as merged or gguf")
         atomic_build(out, lambda tmp: _peft(path, base, tmp))
     else:
         model, tok = merged_model(path, base)
@@ -83,43 +80,42 @@ def export(run_dir: str | Path, version: int | None, fmt: str, out: str | Path, 
 
             out.parent.mkdir(parents=True, exist_ok=True)
             tmp = out.with_name(f".{out.name}.tmp")
-            write_gguf(model, tok, tmp, gguf_type)
-            tmp.rename(out)
+            try:
+                write_gguf(model, tok, tmp, gguf_type)
+                tmp.rename(out)
+            finally:
+                tmp.unlink(missing_ok=True)
     progress(f"wrote version {version} to {out}")
-    return {"version": version, "format": fmt, "out": str(out), "base": str(base), "lora": lora}
+    return {"version": version, "format": fmt, "out": str(out), "base": str(base)}
 
 
 def merged_model(path: Path, base: Path):
-    """The base model in float32 with the checkpoint's weights in it (a LoRA adapter merged), and its tokenizer."""
+    """The base model in float32 with the version's LoRA adapter merged in, and the base's tokenizer."""
     import torch
+    from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
-    if _is_adapter(path):
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(model, str(path)).merge_and_unload()
-    else:
-        checkpoints.load_weights(model, path)
+    model = PeftModel.from_pretrained(model, str(path)).merge_and_unload()
     return model.eval(), AutoTokenizer.from_pretrained(str(base))
 
 
 def _peft(path: Path, base: Path, out: Path) -> None:
+    """The adapter as the trainer saved it (its config names the base it was trained on) and the base's tokenizer."""
     from transformers import AutoTokenizer
 
-    config = json.loads((path / "adapter_config.json").read_text())
-    config["base_model_name_or_path"] = str(base)
-    (out / "adapter_config.json").write_text(json.dumps(config, indent=2))
-    shutil.copy2(path / "adapter_model.safetensors", out / "adapter_model.safetensors")
+    for name in ADAPTER_FILES:
+        shutil.copy2(path / name, out / name)
     AutoTokenizer.from_pretrained(str(base)).save_pretrained(out)
 
 
 def _base_of(path: Path) -> Path:
-    """The base checkpoint the version was trained on: where its adapter (or config) says it was loaded from."""
-    if _is_adapter(path):
-        name = json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path")
-    else:
-        name = json.loads((path / "config.json").read_text()).get("_name_or_path")
+    """The base checkpoint a LoRA version was trained on: where its adapter config says it was loaded from. A
+    full-weight version (``--lora-rank 0``) does not record its base (nor its tokenizer), so it is refused."""
+    if not _is_adapter(path):
+        raise ExportError(f"{path} holds full weights (trained with --lora-rank 0), which do not record their base "
+                          "model or tokenizer: export reads LoRA versions (the default)")
+    name = json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path")
     if not name or not (Path(name) / "config.json").exists():
         raise ExportError(f"the base model of {path} ({name!r}) is not a checkpoint folder on this machine")
     return Path(name)
