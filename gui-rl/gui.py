@@ -47,6 +47,7 @@ import itertools
 import json
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -357,4 +358,12 @@ def list_gui_tasks() -> list[EnvTask]:
     return gui_tasks()
 
 
-register_setting(SETTING, list_gui_tasks, GuiEnv)
+def demonstrate(task: EnvTask, env: GuiEnv) -> Iterator[str]:
+    """The task's scripted solution (``register_setting``'s ``demonstrate_fn``), naming the page's nodes as they
+    are when each message is sent."""
+    from gui_tasks import solution_messages
+
+    return solution_messages(task, lambda: env.lines)
+
+
+register_setting(SETTING, list_gui_tasks, GuiEnv, demonstrate)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import re
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -309,4 +310,32 @@ def list_swe_tasks() -> list[EnvTask]:
     return tasks
 
 
-register_setting(SETTING, list_swe_tasks, SweEnv)
+def revert_edit(task: EnvTask) -> str:
+    """The edit command undoing the task's mutation: the mutated line(s), with lines above added until the SEARCH
+    text is unique in the file, replaced by the original ones."""
+    m = Mutation(**task.data["mutation"])
+    before, after = swe_repos.REPOS[task.data["repo"]][m.path], mutated_files(task.data["repo"], m)[m.path]
+    first = after.count("\n", 0, m.start)
+    last_new, last_old = after.count("\n", 0, m.start + len(m.new)), before.count("\n", 0, m.end)
+    new_lines, old_lines = after.split("\n"), before.split("\n")
+    while True:
+        search = new_lines[first:last_new + 1]
+        if sum(new_lines[i:i + len(search)] == search for i in range(len(new_lines))) == 1:
+            break
+        first -= 1
+    replace = "\n".join(old_lines[first:last_old + 1])
+    return (f"The bug is here; this restores the intended code.\n```\nedit {m.path}\n<<<<<<< SEARCH\n"
+            f"{chr(10).join(search)}\n=======\n{replace}\n>>>>>>> REPLACE\n```\n")
+
+
+def demonstrate(task: EnvTask, env: Any = None) -> Iterator[str]:
+    """The scripted solution (``register_setting``'s ``demonstrate_fn``): read the mutated file, undo the
+    mutation, run the tests, submit."""
+    path = task.data["mutation"]["path"]
+    yield f"Let me read the code.\n```\ncat {path}\n```\n"
+    yield revert_edit(task)
+    yield "Check the tests.\n```\ntest\n```\n"
+    yield "The tests pass.\n```\nsubmit\n```\n"
+
+
+register_setting(SETTING, list_swe_tasks, SweEnv, demonstrate)

@@ -46,6 +46,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+import terminal_solutions
 import terminal_tasks
 
 from slime_ext.envs.base import EnvTask, SandboxedEpisode, StepResult, fraction_to_reward, register_setting
@@ -335,4 +336,4 @@ def list_terminal_tasks() -> list[EnvTask]:
     return terminal_tasks.tasks()
 
 
-register_setting(SETTING, list_terminal_tasks, TerminalEnv)
+register_setting(SETTING, list_terminal_tasks, TerminalEnv, terminal_solutions.demonstrate)

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from swe import SweEnv
+from swe import SweEnv, revert_edit
 from swe_checks import format_report, integrity_problems, lint, parse_runner_output, swe_reward
 from swe_commands import (
     FORMAT_HELP,
@@ -89,20 +89,6 @@ SOLUTIONS: dict[str, list[str]] = {
         edit("textutil/text.py", "    return chars == chars[::-2]", "    return chars == chars[::-1]"),
         SUBMIT],
 }
-
-
-def revert_edit(task) -> str:
-    """An edit message undoing the task's mutation: the mutated line(s), with lines above added until unique."""
-    m = Mutation(**task.data["mutation"])
-    before, after = REPOS[task.data["repo"]][m.path], mutated_files(task.data["repo"], m)[m.path]
-    first = after.count("\n", 0, m.start)
-    last_new, last_old = after.count("\n", 0, m.start + len(m.new)), before.count("\n", 0, m.end)
-    new_lines, old_lines = after.split("\n"), before.split("\n")
-    while True:
-        search = new_lines[first:last_new + 1]
-        if sum(new_lines[i:i + len(search)] == search for i in range(len(new_lines))) == 1:
-            return edit(m.path, "\n".join(search), "\n".join(old_lines[first:last_old + 1]))
-        first -= 1
 
 
 def derived_sample() -> list[str]:

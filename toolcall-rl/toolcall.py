@@ -61,6 +61,7 @@ import json
 import random
 import re
 import signal
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,33 @@ def solve(kind: str, nums: list[int]) -> int:
         a, b, c, k = nums
         return (a + b - c) * k
     raise ValueError(f"unknown kind {kind!r}")
+
+
+def program(kind: str, nums: list[int]) -> str:
+    """The Python a solver writes for a problem of `kind` with the numbers of its text, in order: one print of
+    the arithmetic (``solve``'s, spelled out)."""
+    if kind == "shopping":
+        a, p, b, q = nums
+        return f"print({a} * {p} + {b} * {q})"
+    if kind == "sharing":
+        total, *kept, k = nums
+        return f"print(({total} - {kept[0]}) // {k})" if kept else f"print({total} // {k})"
+    if kind == "rate":
+        r, h = nums
+        return f"print({r} * {h})"
+    if kind == "multistep":
+        a, b, c, k = nums
+        return f"print(({a} + {b} - {c}) * {k})"
+    raise ValueError(f"unknown kind {kind!r}")
+
+
+def demonstrate(task: EnvTask, env: Any = None) -> Iterator[str]:
+    """The scripted solution (``register_setting``'s ``demonstrate_fn``): one tool call computing the answer from
+    the problem's numbers, then the answer the tool printed."""
+    nums = [int(n) for n in re.findall(r"[0-9]+", task.instruction)]
+    code = program(task.data["kind"], nums)
+    yield f"{OPEN}\n{json.dumps({'name': TOOL_NAME, 'arguments': {'code': code}})}\n{CLOSE}"
+    yield f"Final answer: {task.data['answer']}"
 
 
 def big_numbers(kind: str, nums: list[int], rng: random.Random, vehicle: bool = False) -> list[int]:
@@ -368,4 +396,4 @@ class ToolCallEnv(SandboxedEpisode):
 
 
 
-register_setting(SETTING, list_toolcall_tasks, ToolCallEnv)
+register_setting(SETTING, list_toolcall_tasks, ToolCallEnv, demonstrate)

@@ -83,6 +83,11 @@ class ChatSegments:
             self._closing_cache = (head, head[end], head[end + 1:])
         return self._closing_cache
 
+    @property
+    def end_token(self) -> int:
+        """The token that closes an assistant turn in this template."""
+        return self._closing()[1]
+
     def observation_ids(self, text: str, role: str, ended: bool, images: Sequence[bytes] = ()) -> list[int]:
         head, end_token, closing = self._closing()
         full = self._render([self._message(role, text, images)], add_generation_prompt=True)

@@ -171,10 +171,16 @@ def fraction_to_reward(passed: int, total: int) -> float:
 
 
 # ----------------------------------------------------------------------------- the setting registry
+# (task, env just reset for it) -> the messages a competent agent sends, in order; a generator may read the
+# env's state between messages (gui names page nodes as they are now). What ``env sft`` learns from.
+Demonstrate = Callable[[EnvTask, "Env"], Iterable[str]]
+
+
 @dataclasses.dataclass(frozen=True)
 class _Setting:
     list_tasks: Callable[[], list[EnvTask]]
     make_env: Callable[..., Env]
+    demonstrate: Demonstrate | None = None
 
 
 _SETTINGS: dict[str, _Setting] = {}
@@ -194,10 +200,12 @@ def _find() -> None:
         find()
 
 
-def register_setting(name: str, list_tasks_fn: Callable[[], list[EnvTask]], make_env_fn: Callable[..., Env]) -> None:
-    """Make a setting reachable by name. Registering the same functions again is a no-op; different ones under a
-    taken name raise ValueError."""
-    entry = _Setting(list_tasks_fn, make_env_fn)
+def register_setting(name: str, list_tasks_fn: Callable[[], list[EnvTask]], make_env_fn: Callable[..., Env],
+                     demonstrate_fn: Demonstrate | None = None) -> None:
+    """Make a setting reachable by name. ``demonstrate_fn`` (optional) plays a task's scripted solution
+    (``Demonstrate``; ``envs/demos.py`` turns it into warm-start data). Registering the same functions again is a
+    no-op; different ones under a taken name raise ValueError."""
+    entry = _Setting(list_tasks_fn, make_env_fn, demonstrate_fn)
     if _SETTINGS.get(name, entry) != entry:
         raise ValueError(f"setting {name!r} is already registered with other functions")
     _SETTINGS[name] = entry
@@ -223,6 +231,15 @@ def _setting(name: str) -> _Setting:
         known = ", ".join(sorted(_SETTINGS)) or "none"
         raise ValueError(f"unknown setting {name!r}; known settings: {known} (a setting of your own: --setting-path "
                          f"DIR, or OPENCLAW_RL_SETTINGS; docs/extending.md)") from None
+
+
+def demonstrator(setting: str) -> Demonstrate:
+    """The setting's scripted solutions (``register_setting``'s ``demonstrate_fn``); ValueError when it has none."""
+    demonstrate = _setting(setting).demonstrate
+    if demonstrate is None:
+        raise ValueError(f"setting {setting!r} has no scripted solutions to learn from (register_setting's "
+                         f"demonstrate_fn; docs/extending.md)")
+    return demonstrate
 
 
 def list_tasks(setting: str, split: str | None = None) -> list[EnvTask]:
