@@ -181,3 +181,27 @@ def test_every_setting_end_to_end_on_tiny_gives_right_masks_and_trains(model_dir
     sample.reward = 1.0
     metrics = train_step(model, torch.optim.SGD(model.parameters(), lr=0.1), [sample], pad_id=tok.pad_token_id or 0)
     assert metrics["grad_norm"] > 0
+
+
+def test_a_seeded_run_samples_the_same_task_twice_as_two_samples(model_dir):
+    """A GRPO group (and a repeated evaluation) plays one task several times in one seeded run: each episode
+    gets its own seed, so the group holds different samples; the run as a whole still replays exactly."""
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    task = get_task("terminal", "term-make-dirs")
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=16, seed=11, stop_token_ids=stop_token_ids(tok))
+
+    async def play():
+        engine = LocalEngine(model_dir, dtype="float32", threads=1, prefix_cache_tokens=0)
+        try:
+            runs = []
+            for _ in range(2):
+                eps = await run_episodes(engine, tok, PromptRenderer(tok), lambda: make_env("terminal", max_turns=1),
+                                         [task] * 4, sampling, concurrency=2, max_turns=1)
+                runs.append([e.response_ids for e in eps])
+            return runs
+        finally:
+            await engine.close()
+
+    first, again = asyncio.run(play())
+    assert len({tuple(r) for r in first}) == 4  # four samples, not one sample four times
+    assert first == again  # the same seed replays the same group

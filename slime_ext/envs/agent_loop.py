@@ -314,7 +314,8 @@ async def run_episodes(engine: Engine, tokenizer: Any, renderer: Any, make_env: 
                        tasks: Sequence[EnvTask], sampling: SamplingParams, *, concurrency: int = 4,
                        on_episode: Callable[[int, int, Episode], None] | None = None,
                        **episode_kw: Any) -> list[Episode]:
-    """Run one episode per task, at most ``concurrency`` at a time; results in task order.
+    """Run one episode per task, at most ``concurrency`` at a time; results in task order. With a seed in
+    ``sampling``, episode ``i`` samples with seed + i.
     ``on_episode(done, total, episode)`` is called as each one finishes (for progress output)."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -322,15 +323,18 @@ async def run_episodes(engine: Engine, tokenizer: Any, renderer: Any, make_env: 
     segments: dict[int, ChatSegments] = {}
     done = 0
 
-    async def one(task: EnvTask) -> Episode:
+    async def one(i: int, task: EnvTask) -> Episode:
         nonlocal done
+        # a seeded run gives each episode its own seed: the same task twice (a GRPO group, a repeated
+        # evaluation) is two samples, not one sample twice
+        params = sampling if sampling.seed is None else dataclasses.replace(sampling, seed=sampling.seed + i)
         async with gate:
             env = make_env()
             seg = segments.setdefault(id(type(env)), ChatSegments(renderer, env.tools))
-            ep = await run_episode(engine, tokenizer, seg, env, task, sampling, **episode_kw)
+            ep = await run_episode(engine, tokenizer, seg, env, task, params, **episode_kw)
         done += 1
         if on_episode is not None:
             on_episode(done, len(tasks), ep)
         return ep
 
-    return list(await asyncio.gather(*(one(t) for t in tasks)))
+    return list(await asyncio.gather(*(one(i, t) for i, t in enumerate(tasks))))
