@@ -8,7 +8,7 @@ import pytest
 
 from slime_ext.envs.agent_loop import Episode
 from slime_ext.envs.base import get_task
-from slime_ext.envs.recipe import summarize
+from slime_ext.envs.recipe import check_slice, group_samples, passes_check, summarize
 
 
 def _cli(*args, timeout=300):
@@ -37,7 +37,7 @@ def test_env_train_completes_steps_with_masked_observations_and_swaps_adapters(t
     out = tmp_path / "run"
     r = _cli("train", "--setting", "terminal", "--model", "tiny", "--steps", "2", "--episodes", "2",
              "--max-turns", "2", "--max-new-tokens", "8", "--lora-rank", "4", "--baseline", "none",
-             "--threads", "1", "--out", str(out))
+             "--threads", "1", "--check", "0", "--out", str(out))
     assert r.returncode == 0, r.stderr[-2000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [1, 2]
@@ -54,7 +54,8 @@ def test_env_train_on_the_gui_setting_trains_and_keeps_screenshots_in_the_run_di
     require_chromium()
     out = tmp_path / "run"
     r = _cli("train", "--setting", "gui", "--model", "tiny", "--steps", "1", "--episodes", "2", "--max-turns", "2",
-             "--max-new-tokens", "8", "--lora-rank", "4", "--baseline", "none", "--threads", "1", "--out", str(out))
+             "--max-new-tokens", "8", "--lora-rank", "4", "--baseline", "none", "--threads", "1", "--check", "0",
+             "--out", str(out))
     assert r.returncode == 0, r.stderr[-2000:]
     row = json.loads((out / "metrics.jsonl").read_text())
     assert row["episodes"] == 2 and row["trained_tokens"] > 0 and row["masked_tokens"] > 0 and row["grad_norm"] > 0
@@ -64,11 +65,85 @@ def test_env_train_on_the_gui_setting_trains_and_keeps_screenshots_in_the_run_di
 
 
 def test_env_train_says_when_nothing_can_be_learned(tmp_path):
-    r = _cli("train", "--setting", "terminal", "--model", "tiny", "--steps", "1", "--episodes", "2",
-             "--max-turns", "1", "--max-new-tokens", "4", "--lora-rank", "4", "--threads", "1",
-             "--out", str(tmp_path / "run"))
+    r = _cli("train", "--setting", "terminal", "--model", "tiny", "--steps", "1", "--episodes", "4",
+             "--group-size", "2", "--max-turns", "1", "--max-new-tokens", "4", "--lora-rank", "4", "--threads", "1",
+             "--check", "0", "--out", str(tmp_path / "run"))
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "no signal: every episode got the same reward" in r.stderr  # all -1 with the mean baseline
+    # all -1: both GRPO groups are constant, so both are dropped and nothing is trained
+    assert "2 constant group(s) dropped (no signal: every episode got the same reward" in r.stderr
+    row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text())
+    assert row["groups_dropped"] == 2 and row["no_signal"] and "loss" not in row
+
+
+def _episodes(rewards):
+    task = get_task("terminal", "term-make-dirs")
+    eps = []
+    for r in rewards:
+        ep = Episode(task=task, prompt_ids=[1, 2], response_ids=[3, 4, 5], loss_mask=[1, 0, 1],
+                     logprobs=[-0.5, 0.0, -0.5], versions=[0, 0], reward=r, outcome=r)
+        eps.append(ep)
+    return eps
+
+
+def test_group_samples_give_grpo_advantages_and_drop_constant_groups():
+    samples, dropped = group_samples(_episodes([1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, 0.5, 0.5, 1.0, 0.0]),
+                                     4, rollout_id=3)
+    assert dropped == 1 and len(samples) == 8  # the second group is constant
+    first = [s.metadata["group_advantage"] for s in samples[:4]]
+    assert first[0] == pytest.approx(1.5) and first[1:] == [pytest.approx(-0.5)] * 3  # (r - mean) / std
+    assert sum(s.metadata["group_advantage"] for s in samples[4:]) == pytest.approx(0.0)
+    assert samples[7].metadata["group_advantage"] < 0 < samples[6].metadata["group_advantage"]
+    assert all(s.rollout_id == 3 and s.loss_mask == [1, 0, 1] for s in samples)
+
+
+def test_the_check_keeps_an_adapter_at_most_one_task_worse_than_the_best():
+    assert passes_check(0.5, 0.5, 16) and passes_check(7 / 16, 0.5, 16)
+    assert not passes_check(6 / 16, 0.5, 16)
+    assert passes_check(1.0, 0.0, 4)
+
+
+def test_the_check_slice_is_fixed_and_apart_from_the_rl_tasks():
+    from slime_ext.envs import list_tasks
+
+    tasks = list_tasks("toolcall", "train")
+    checked, rest = check_slice(tasks, 16)
+    assert len(checked) == 16 and len(rest) == len(tasks) - 16 and not {t.id for t in checked} & {t.id for t in rest}
+    assert check_slice(tasks, 16) == (checked, rest)  # the same slice whatever the seed
+    assert check_slice(tasks, 0) == ([], tasks)
+    with pytest.raises(ValueError, match="must leave train tasks"):
+        check_slice(tasks, len(tasks))
+
+
+def test_env_sft_then_train_from_its_adapter_then_eval_it(tmp_path):
+    sft_dir, rl_dir = tmp_path / "sft", tmp_path / "rl"
+    r = _cli("sft", "--setting", "terminal", "--model", "tiny", "--steps", "2", "--batch-size", "4",
+             "--lora-rank", "4", "--threads", "1", "--out", str(sft_dir))
+    assert r.returncode == 0, r.stderr[-2000:]
+    from slime_ext.envs import list_tasks
+
+    demos = [json.loads(line) for line in (sft_dir / "demos.jsonl").read_text().splitlines()]
+    assert {d["label"] for d in demos} == {t.id for t in list_tasks("terminal", "train")}
+    rows = [json.loads(line) for line in (sft_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [1, 2] and all(row["nll"] > 0 and row["grad_norm"] > 0 for row in rows)
+    assert (sft_dir / "adapter" / "adapter_config.json").exists() and (sft_dir / "sft.png").exists()
+    assert "sft step 2/2" in r.stderr
+    r = _cli("train", "--setting", "terminal", "--model", "tiny", "--init", str(sft_dir / "adapter"), "--steps", "1",
+             "--episodes", "2", "--baseline", "none", "--max-turns", "1", "--max-new-tokens", "4", "--threads", "1",
+             "--check", "2", "--out", str(rl_dir))
+    assert r.returncode == 0, r.stderr[-2000:]
+    row = json.loads((rl_dir / "metrics.jsonl").read_text())
+    assert row["check_success"] == 0.0 and row["kept"] and row["trained_tokens"] > 0
+    assert "check 1/2" in r.stderr and "check slice (2 train tasks RL never samples" in r.stderr
+    config = json.loads((rl_dir / "adapter" / "adapter_config.json").read_text())
+    assert config["r"] == 4  # the warm start's rank is kept, not a new adapter's (16 by default)
+    assert (rl_dir / "train.png").exists()
+    r = _cli("eval", "--setting", "terminal", "--model", "tiny", "--adapter", str(rl_dir / "adapter"), "--limit", "1",
+             "--repeat", "2", "--max-turns", "1", "--max-new-tokens", "4", "--threads", "1")
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert out["episodes"] == 2 and len(out["per_task"]) == 1 and out["adapter"] == str(rl_dir / "adapter")
+    r = _cli("eval", "--setting", "terminal", "--model", "tiny", "--adapter", str(tmp_path), "--limit", "1")
+    assert r.returncode == 2 and "not a LoRA adapter folder" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_env_eval_refuses_an_unknown_setting_before_loading_a_model():

@@ -10,7 +10,7 @@ from slime_ext.algorithms.advantages import (
 )
 from slime_ext.algorithms.divergence import topk_divergence, topk_divergence_loss
 from slime_ext.algorithms.groups import GroupAdvantages, group_advantages, implicit_reward
-from slime_ext.algorithms.ppo import PolicyLossConfig, masked_sample_mean, policy_loss
+from slime_ext.algorithms.ppo import PolicyLossConfig, masked_sample_mean, policy_loss, sft_loss
 from slime_ext.algorithms.staleness import staleness_filter
 from slime_ext.algorithms.topk import TopK, teacher_topk, topk_distillation_loss, topk_reverse_kl
 
@@ -25,6 +25,7 @@ __all__ = [
     "implicit_reward",
     "masked_sample_mean",
     "policy_loss",
+    "sft_loss",
     "staleness_filter",
     "teacher_topk",
     "topk_distillation_loss",

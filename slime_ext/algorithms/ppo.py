@@ -28,7 +28,7 @@ With ratio 1 the gradient is exactly the plain policy gradient ``-A * grad logp`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -108,3 +108,18 @@ def policy_loss(
         metrics["kl_rollout"] = reduce(torch.exp(-d) - 1 + d, mask)  # k3 KL(rollout || current)
         metrics["pg_loss"] = reduce(pg, mask)
     return loss, metrics
+
+
+def sft_loss(
+    logprobs: torch.Tensor,
+    behaviour_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    config: PolicyLossConfig = PolicyLossConfig(),
+    **_: Any,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Supervised fine-tuning's loss, called like ``policy_loss`` (so the trainer's step takes it as its loss):
+    the negative log-likelihood of the masked tokens, averaged per sample, then over samples (Slime's
+    ``sft_loss``). The behaviour log-probs and advantages are not read."""
+    nll = -masked_sample_mean(logprobs, mask)
+    return nll, {"nll": nll.detach()}

@@ -5,7 +5,13 @@
                                                                 reward on stdout (gui: screenshots under D)
   openclaw-rl env export --setting S --split train --out F.jsonl  a Slime prompt dataset naming each task
   openclaw-rl env eval --setting S [--split heldout] [--model M] the model's success rate on a split (JSON on stdout)
-  openclaw-rl env train --setting S --out DIR [--steps N] ...   agent RL on this machine (see envs/recipe.py)
+  openclaw-rl env demos --setting S --out F.jsonl [--model M]    the train split's scripted solutions as token data
+  openclaw-rl env sft --setting S --out DIR [--steps N] ...      the warm start: LoRA SFT on those (DIR/adapter)
+  openclaw-rl env train --setting S --out DIR [--init DIR/adapter] ...  agent RL on this machine (envs/recipe.py)
+
+The recipe of a setting: ``env sft`` (the warm start), then ``env train --init SFT/adapter`` (GRPO groups of
+episodes per task; each new adapter checked on a slice of train tasks RL never samples and kept only if it is not
+worse), with ``env eval --adapter`` before and after on the held-out split.
 
 ``env eval`` and ``env train`` take ``--step-judge heuristic|openai`` (default off): every step is scored by a judge
 (``agent_loop.make_step_judge``, built once per run) and the reward becomes ``clip(outcome + W * mean step score,
@@ -163,14 +169,55 @@ def _settings(args: argparse.Namespace):
 
 def cmd_env_eval(args: argparse.Namespace) -> int:
     import json
+    from pathlib import Path
 
     from slime_ext.envs.recipe import evaluate
 
     list_tasks(args.setting)  # an unknown setting fails before the model loads
     settings = _settings(args)  # and so do flags that do not go together
     sandbox_preamble(args)
-    result = evaluate(settings, args.split, args.limit)
-    print(json.dumps(result, indent=2))
+    result = evaluate(settings, args.split, args.limit, adapter=Path(args.adapter) if args.adapter else None,
+                      repeat=args.repeat)
+    text = json.dumps(result, indent=2)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text + "\n")
+    print(text)
+    return 0
+
+
+def cmd_env_demos(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    from slime_ext.chat.prompt import PromptRenderer
+    from slime_ext.envs.demos import demonstrations, write_demos
+    from slime_ext.models import resolve_model
+
+    list_tasks(args.setting)
+    sandbox_preamble(args)
+    tok = AutoTokenizer.from_pretrained(resolve_model(args.model, progress=lambda m: print(m, file=sys.stderr)))
+    samples, skipped = demonstrations(args.setting, tok, PromptRenderer(tok), max_turns=args.max_turns,
+                                      progress=lambda m: print(m, file=sys.stderr, flush=True))
+    write_demos(samples, Path(args.out))
+    print(f"wrote {len(samples)} {args.setting} demonstrations (train split; {len(skipped)} left out) to {args.out}",
+          file=sys.stderr)
+    return 0 if samples else 1
+
+
+def cmd_env_sft(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from slime_ext.envs.recipe import sft
+
+    list_tasks(args.setting)
+    settings = _settings(args)
+    sandbox_preamble(args)
+    out = Path(args.out)
+    history = sft(settings, out, steps=args.steps, lr=args.lr, lora_rank=args.lora_rank, batch_size=args.batch_size)
+    print(f"trained {len(history)} steps; the adapter is {out / 'adapter'} (next: openclaw-rl env eval --setting "
+          f"{args.setting} --adapter {out / 'adapter'}, or env train --init {out / 'adapter'})")
     return 0
 
 
@@ -184,8 +231,10 @@ def cmd_env_train(args: argparse.Namespace) -> int:
     settings = _settings(args)
     sandbox_preamble(args)
     history = train(settings, Path(args.out), steps=args.steps, episodes=args.episodes, lr=args.lr,
-                    lora_rank=args.lora_rank, baseline=args.baseline, policy_loss=args.policy_loss)
-    print(f"trained {len(history)} steps; metrics in {Path(args.out) / 'metrics.jsonl'}")
+                    lora_rank=args.lora_rank, baseline=args.baseline, policy_loss=args.policy_loss,
+                    group_size=args.group_size, init=Path(args.init) if args.init else None, check=args.check)
+    print(f"trained {len(history)} steps; metrics in {Path(args.out) / 'metrics.jsonl'}, the kept adapter in "
+          f"{Path(args.out) / 'adapter'}")
     return 0
 
 
@@ -282,6 +331,10 @@ def add_env_parser(subparsers) -> None:
     _add_run_arguments(ev)
     ev.add_argument("--split", choices=SPLITS, default="heldout", help="which tasks [heldout]")
     ev.add_argument("--limit", type=int, help="only the first N tasks of the split [all]")
+    ev.add_argument("--adapter", help="a LoRA adapter folder to evaluate (env sft's or env train's DIR/adapter) "
+                                      "[none: the base model]")
+    ev.add_argument("--repeat", type=int, default=1, help="play every task this many times [1]")
+    ev.add_argument("--out", help="also write the JSON summary to this file")
     ev.set_defaults(fn=run_env_command, env_fn=cmd_env_eval)
     tr = sub.add_parser("train", help="agent RL on this machine: episodes -> training step -> new adapter, repeated",
                         description="Each step plays --episodes episodes on random train tasks, trains one Binary RL "
@@ -290,16 +343,49 @@ def add_env_parser(subparsers) -> None:
                                     "under --out.")
     _add_run_arguments(tr)
     tr.add_argument("--out", required=True, help="output folder: metrics.jsonl and one adapter per step")
-    tr.add_argument("--steps", type=int, default=4, help="training steps [4]")
-    tr.add_argument("--episodes", type=int, default=8, help="episodes per step [8]")
+    tr.add_argument("--steps", type=int, default=8, help="training steps [8]")
+    tr.add_argument("--episodes", type=int, default=16, help="episodes per step [16]")
     tr.add_argument("--lr", type=float, default=1e-4, help="learning rate [1e-4]")
-    tr.add_argument("--lora-rank", type=int, default=16, help="LoRA rank [16]")
-    tr.add_argument("--baseline", choices=("mean", "none"), default="mean",
-                    help="subtract the step's mean reward from each episode's (mean), or not [mean]")
+    tr.add_argument("--lora-rank", type=int, default=16, help="LoRA rank of a new adapter (--init keeps its own) [16]")
+    tr.add_argument("--init", metavar="ADAPTER", help="start from this LoRA adapter (env sft's DIR/adapter: the warm "
+                                                       "start) [a new adapter on the base model]")
+    tr.add_argument("--baseline", choices=("group", "mean", "none"), default="group",
+                    help="group: GRPO, --group-size episodes per task, each episode's advantage against its group "
+                         "(groups whose rewards are all equal are dropped and counted); mean: the step's mean "
+                         "reward; none [group]")
+    tr.add_argument("--group-size", type=int, default=4, help="episodes per task with --baseline group [4]")
+    tr.add_argument("--check", type=int, default=16, metavar="N",
+                    help="N train tasks RL never samples, played greedily after every step: an adapter that solves "
+                         "more than one fewer of them than the best so far is not kept (reverted); 0: off [16]")
     tr.add_argument("--policy-loss", default="ppo", metavar="LOSS",
                     help="the policy loss: ppo (clipped ratio), or your own as module:attr, called like "
                          "algorithms/ppo.py's policy_loss (docs/extending.md) [ppo]")
     tr.set_defaults(fn=run_env_command, env_fn=cmd_env_train)
+    de = sub.add_parser("demos", help="write the train split's scripted solutions as token data (JSONL)",
+                        description="Play every train task's scripted solution through the environment with the agent "
+                                    "loop and write one JSON line per task that earned +1: tokens, response_length, "
+                                    "loss_mask (1 on the agent's tokens), label, metadata. Held-out tasks are never "
+                                    "written. Slime's SFT reads it (slime_ext.hooks.sft).")
+    de.add_argument("--setting", required=True, help=SETTING_HELP)
+    _add_setting_path(de)
+    de.add_argument("--model", default="smollm2-135m", help="whose tokenizer and chat template: a built-in model "
+                                                            "name or a checkpoint directory [smollm2-135m]")
+    de.add_argument("--max-turns", type=int, default=6, help="steps per episode [6]")
+    de.add_argument("--out", required=True, help="the JSONL file to write")
+    _add_require_isolation(de)
+    de.set_defaults(fn=run_env_command, env_fn=cmd_env_demos)
+    sf = sub.add_parser("sft", help="the warm start: LoRA SFT on the train split's scripted solutions",
+                        description="Play every train task's scripted solution through the environment (DIR/demos.jsonl), "
+                                    "then train a LoRA adapter on them, the loss on the agent's tokens only. Progress "
+                                    "on stderr; DIR/adapter, DIR/metrics.jsonl and DIR/sft.png.")
+    _add_run_arguments(sf)
+    sf.add_argument("--out", required=True, help="output folder")
+    sf.add_argument("--steps", type=int, default=12, help="optimizer steps; the demonstrations are passed over "
+                                                         "in a new order each time [12]")
+    sf.add_argument("--lr", type=float, default=5e-4, help="learning rate [5e-4]")
+    sf.add_argument("--lora-rank", type=int, default=16, help="LoRA rank [16]")
+    sf.add_argument("--batch-size", type=int, default=8, help="demonstrations per optimizer step [8]")
+    sf.set_defaults(fn=run_env_command, env_fn=cmd_env_sft)
 
 
 def main(argv: list[str] | None = None) -> int:

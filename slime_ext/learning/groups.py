@@ -100,8 +100,15 @@ def build_group(ex: Example, recorded: Sample, *, policy: Scorer, teacher: Score
     if len(members) < 2:
         record["dropped"] = "no room in the context for fresh samples"
         return members, record
-    adv = group_advantages([float(m.reward) for m in members], config.estimator)
-    record["dropped"] = adv.dropped
+    record["dropped"] = set_group_advantages(members, config.estimator)
+    return members, record
+
+
+def set_group_advantages(members: list[Sample], estimator: str = "grpo") -> str | None:
+    """Put each member's group advantage (``group_advantages`` of their rewards) in its
+    ``metadata["group_advantage"]``; why the group is dropped (constant rewards), or None. Shared by the live
+    groups above and the agent recipe's groups of episodes (``envs/recipe.py``)."""
+    adv = group_advantages([float(m.reward) for m in members], estimator)
     for m, a in zip(members, adv.advantages):
         m.metadata["group_advantage"] = a
-    return members, record
+    return adv.dropped
