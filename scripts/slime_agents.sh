@@ -18,6 +18,12 @@
 #                                      DRY_RUN=1: it needs no GPU)
 #   agent_build_args                   the Slime argument arrays
 #   agent_launch                       writes $RUN_DIR/plugin.yaml, then starts (DRY_RUN=1: prints) the job
+# The warm start before RL (<setting>-rl/*_sft.sh: Slime's SFT on the setting's scripted solutions) calls instead:
+#   agent_sft_settings SETTING MAX_TURNS   settings from the environment (all GPUs train; no SGLang)
+#   agent_write_demos                  writes $RUN_DIR/<setting>-demos.jsonl with `openclaw-rl env demos` (train
+#                                      split only; also when DRY_RUN=1 if HF_CKPT is here: it needs no GPU)
+#   agent_build_sft_args               the Slime argument arrays (--loss-type sft_loss, our rollout function)
+#   agent_sft_launch                   writes $RUN_DIR/plugin.yaml, then starts (DRY_RUN=1: prints) the job
 #
 # Settings (environment variables, all optional):
 #   SLIME_DIR, MEGATRON_DIR  as for the personal-agent scripts (default: the current directory, so
@@ -40,6 +46,12 @@
 #   MODEL_PROVIDER   module.function: Slime's --custom-model-provider-path, the Megatron model for a checkpoint
 #                    Slime's scripts/models files do not build (Qwen3-VL on Slime v0.3.1: its vision tower)
 #   N_SAMPLES_PER_PROMPT   episodes per task and step, the GRPO group (default 8; at least 2)
+#   DYNAMIC_FILTER   1 (default): a task whose N_SAMPLES_PER_PROMPT episodes all earned the same reward (GRPO learns
+#                    nothing from it) is dropped and another sampled in its place
+#                    (slime_ext.hooks.filters.drop_constant_groups; Slime counts the drops per step as
+#                    rollout/dynamic_filter/drop_<reason>); 0: every group is trained on
+#   OVER_SAMPLING_BATCH_SIZE   tasks sampled per round when groups are dropped (Slime's
+#                    --over-sampling-batch-size; default ROLLOUT_BATCH_SIZE)
 #   ROLLOUT_BATCH_SIZE     tasks per step (default 8; at most the number of train tasks)
 #   NUM_ROLLOUT      training steps (default 200)
 #   MAX_RESPONSE_LEN tokens per model message (default 2048); CONTEXT_LENGTH the engine's context (32768);
@@ -66,6 +78,8 @@
 source "$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" &>/dev/null && pwd)/slime_common.sh"
 
 AGENT_GENERATE_HOOK="${GENERATE_FUNCTION:-slime_ext.hooks.generate.generate}" # GENERATE_FUNCTION: your own, module.function
+AGENT_FILTER_HOOK=slime_ext.hooks.filters.drop_constant_groups # Slime's --dynamic-sampling-filter-path
+AGENT_SFT_HOOK=slime_ext.hooks.sft.generate_rollout            # the warm start's --rollout-function-path
 
 # ------------------------------------------------------------------------------------------------ settings
 
@@ -126,6 +140,9 @@ agent_settings() {
    MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"
    N_SAMPLES_PER_PROMPT="${N_SAMPLES_PER_PROMPT:-8}"
    ROLLOUT_BATCH_SIZE="${ROLLOUT_BATCH_SIZE:-8}"
+   OVER_SAMPLING_BATCH_SIZE="${OVER_SAMPLING_BATCH_SIZE:-$ROLLOUT_BATCH_SIZE}"
+   DYNAMIC_FILTER="${DYNAMIC_FILTER:-1}"
+   openclaw_flag AGENT_DYNAMIC_FILTER DYNAMIC_FILTER "drop the tasks whose episodes all earned the same reward"
    NUM_ROLLOUT="${NUM_ROLLOUT:-200}"
    MAX_RESPONSE_LEN="${MAX_RESPONSE_LEN:-2048}"
    CONTEXT_LENGTH="${CONTEXT_LENGTH:-32768}"
@@ -139,8 +156,9 @@ agent_settings() {
    TIS_CAP=0 # the agent settings train with Slime's own loss; TIS there is Slime's --use-tis
    RAY_DASHBOARD_PORT="${RAY_DASHBOARD_PORT:-8265}"
    local name
-   for name in MAX_TURNS N_SAMPLES_PER_PROMPT ROLLOUT_BATCH_SIZE NUM_ROLLOUT MAX_RESPONSE_LEN CONTEXT_LENGTH \
-      CONTEXT_BUDGET MAX_TOKENS_PER_GPU EVAL_INTERVAL N_SAMPLES_PER_EVAL_PROMPT SAVE_INTERVAL RAY_DASHBOARD_PORT; do
+   for name in MAX_TURNS N_SAMPLES_PER_PROMPT ROLLOUT_BATCH_SIZE OVER_SAMPLING_BATCH_SIZE NUM_ROLLOUT MAX_RESPONSE_LEN \
+      CONTEXT_LENGTH CONTEXT_BUDGET MAX_TOKENS_PER_GPU EVAL_INTERVAL N_SAMPLES_PER_EVAL_PROMPT SAVE_INTERVAL \
+      RAY_DASHBOARD_PORT; do
       openclaw_is_uint "${!name}" || openclaw_die "${name}=${!name}: expected a whole number"
    done
    for name in LR KL_COEF; do
@@ -149,6 +167,8 @@ agent_settings() {
    ((MAX_TURNS >= 1)) || openclaw_die "MAX_TURNS must be at least 1"
    ((ROLLOUT_BATCH_SIZE >= 1 && NUM_ROLLOUT >= 1 && N_SAMPLES_PER_EVAL_PROMPT >= 1)) ||
       openclaw_die "ROLLOUT_BATCH_SIZE, NUM_ROLLOUT and N_SAMPLES_PER_EVAL_PROMPT must be at least 1"
+   ((OVER_SAMPLING_BATCH_SIZE >= ROLLOUT_BATCH_SIZE)) ||
+      openclaw_die "OVER_SAMPLING_BATCH_SIZE=${OVER_SAMPLING_BATCH_SIZE} must be at least ROLLOUT_BATCH_SIZE=${ROLLOUT_BATCH_SIZE} (Slime refuses less)"
    ((N_SAMPLES_PER_PROMPT >= 2)) ||
       openclaw_die "N_SAMPLES_PER_PROMPT=${N_SAMPLES_PER_PROMPT}: GRPO compares the episodes of one task with each other, so it needs at least 2 (every advantage would be 0)"
    ((MAX_RESPONSE_LEN < CONTEXT_BUDGET && CONTEXT_BUDGET <= CONTEXT_LENGTH)) ||
@@ -267,6 +287,14 @@ agent_build_args() {
       --global-batch-size "$((ROLLOUT_BATCH_SIZE * N_SAMPLES_PER_PROMPT))"
       --balance-data
    )
+   if ((AGENT_DYNAMIC_FILTER)); then
+      # A task whose episodes all earned the same reward has every advantage 0: drop it and sample another
+      # (failed episodes left out; fan-out groups of SAMPLES=step read per episode). Slime counts the drops
+      # per step (rollout/dynamic_filter/drop_zero_std_-1.0: nothing solved, ..._1.0: all solved).
+      ROLLOUT_ARGS+=(--dynamic-sampling-filter-path "${AGENT_FILTER_HOOK}")
+      ((OVER_SAMPLING_BATCH_SIZE == ROLLOUT_BATCH_SIZE)) ||
+         ROLLOUT_ARGS+=(--over-sampling-batch-size "${OVER_SAMPLING_BATCH_SIZE}")
+   fi
 
    EVAL_ARGS=()
    if ((EVAL_INTERVAL > 0 && AGENT_N_HELDOUT > 0)); then
@@ -357,6 +385,11 @@ agent_launch() {
    fi
    openclaw_note "tasks: ${AGENT_N_TRAIN} train (${AGENT_TRAIN_DATA}), ${AGENT_N_HELDOUT} held-out (${AGENT_EVAL_DATA})"
    openclaw_note "per step: ${ROLLOUT_BATCH_SIZE} tasks x ${N_SAMPLES_PER_PROMPT} episodes, up to ${MAX_TURNS} messages each; ${NUM_ROLLOUT} steps"
+   if ((AGENT_DYNAMIC_FILTER)); then
+      openclaw_note "a task whose episodes all earned the same reward is dropped and another sampled (${AGENT_FILTER_HOOK}; DYNAMIC_FILTER=0 keeps them)"
+   else
+      openclaw_note "every group is trained on, constant-reward ones too (DYNAMIC_FILTER=0)"
+   fi
    if ((EVAL_INTERVAL == 0)); then
       openclaw_note "no evaluation (EVAL_INTERVAL=0)"
    elif ((AGENT_N_HELDOUT == 0)); then
@@ -367,6 +400,250 @@ agent_launch() {
    openclaw_note "run directory: ${RUN_DIR}"
    openclaw_note "plugin config: ${AGENT_CONFIG}"
    printf '#   %s\n' "openclaw_rl_env:" "${OPENCLAW_YAML_SHOWN[@]}"
+
+   if openclaw_is_dry_run; then
+      openclaw_note "the Ray head (refused if a Ray cluster is already running here, unless REUSE_RAY=1):"
+      openclaw_show "${ray_start_cmd[@]}"
+      openclaw_note "the training job, from ${SLIME_DIR}:"
+      openclaw_show "${submit_cmd[@]}"
+      openclaw_note "on exit: ray job stop ${SUBMISSION_ID}; ray stop if this script started the Ray head"
+      return 0
+   fi
+
+   openclaw_take_over
+   openclaw_start_ray "${ray_start_cmd[@]}"
+   openclaw_submit_and_wait "${submit_cmd[@]}"
+}
+
+# ----------------------------------------------------------------------------------- the warm start (SFT)
+#
+# Supervised fine-tuning on the setting's scripted solutions before agent RL, with Slime's SFT path as in its
+# examples/retool/retool_qwen3_4b_sft.sh: --loss-type sft_loss, --debug-train-only (no SGLang: nothing is
+# sampled), --num-epoch over the prompt dataset. The dataset is the demonstrations file itself
+# (`openclaw-rl env demos`: token ids, response length, loss mask per train task), read by our rollout function
+# slime_ext.hooks.sft.generate_rollout, which hands Slime each row's ids and loss mask exactly as written (the
+# observations' tokens masked out; nothing re-tokenized).
+#
+# Settings (environment variables, all optional; the RL launchers' where the name is the same):
+#   SLIME_DIR, MEGATRON_DIR, SLIME_MODEL, HF_CKPT, REF_LOAD, NUM_GPUS, ACTOR_GPUS (default: all of them),
+#   NUM_NODES, ACTOR_TP, MAX_TURNS, MODEL_PROVIDER, OPENCLAW_RL_SETTINGS, OPENCLAW_PYTHON, MASTER_ADDR,
+#   RAY_DASHBOARD_PORT, REUSE_RAY, KEEP_RAY, MODEL_ARGS_ROTARY_BASE
+#   DEMOS            a demonstrations file written before (by `openclaw-rl env demos` with HF_CKPT's tokenizer):
+#                    used as it is; default: written to $RUN_DIR/<setting>-demos.jsonl (kept when it is already
+#                    there: a restart in the same RUN_DIR resumes in the same rows)
+#   NUM_EPOCH        passes over the demonstrations (default 3); ROLLOUT_BATCH_SIZE demonstrations per step and
+#                    optimizer step (default 16; at most the number of demonstrations)
+#   LR (1e-5), MIN_LR (1e-6): cosine decay after a warm-up of LR_WARMUP_FRACTION (0.1) of the steps
+#   CONTEXT_LENGTH   the longest demonstration, in tokens (default 32768); MAX_TOKENS_PER_GPU (CONTEXT_LENGTH)
+#   SAVE_INTERVAL    steps between checkpoints (default 1000; Slime also saves after every epoch and the last step)
+#   ASYNC=0          train.py instead of train_async.py (Slime's SFT scripts use train_async.py)
+#   RUN_DIR          run directory (default runs/<setting>-sft-<time>); SAVE_DIR ($RUN_DIR/megatron): the
+#                    checkpoint agent RL starts from: REF_LOAD=$SAVE_DIR bash <setting>-rl/<the RL launcher>
+#   DRY_RUN=1        write the demonstrations (when HF_CKPT is here) and the plugin config, print every command
+
+agent_sft_settings() {
+   AGENT_SETTING="${1:-}"
+   [[ $AGENT_SETTING =~ ^[a-z][a-z0-9_-]*$ ]] ||
+      openclaw_die "agent_sft_settings: expected a setting name (terminal, toolcall, swe, gui), got '${AGENT_SETTING}'"
+   MAX_TURNS="${MAX_TURNS:-${2:-8}}"
+   OPENCLAW_REPO_ROOT="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." &>/dev/null && pwd)"
+   export PYTHONUNBUFFERED=1
+
+   local async
+   ASYNC="${ASYNC:-1}"
+   openclaw_flag async ASYNC "train_async.py; 0: train.py"
+   AGENT_TRAIN_PY=train.py
+   if ((async)); then AGENT_TRAIN_PY=train_async.py; fi
+   SLIME_MODEL="${SLIME_MODEL:-qwen3-8B}"
+   [[ $SLIME_MODEL =~ ^[A-Za-z0-9._-]+$ ]] || openclaw_die "SLIME_MODEL=${SLIME_MODEL}: expected a file name under Slime's scripts/models (without .sh)"
+   openclaw_find_slime "${AGENT_TRAIN_PY}" "${SLIME_MODEL}.sh"
+   HF_CKPT="${HF_CKPT:-/root/Qwen3-8B}"
+   REF_LOAD="${REF_LOAD:-${HF_CKPT%/}_torch_dist}"
+
+   # GPUs: nothing is sampled (--debug-train-only), so every GPU trains.
+   openclaw_detect_gpus
+   NUM_NODES="${NUM_NODES:-1}"
+   if ! openclaw_is_uint "$NUM_NODES" || ((NUM_NODES < 1)); then
+      openclaw_die "NUM_NODES=${NUM_NODES}: expected a whole number >= 1"
+   fi
+   ((NUM_NODES == 1)) || [[ ${REUSE_RAY:-0} == 1 ]] || openclaw_is_dry_run ||
+      openclaw_die "NUM_NODES=${NUM_NODES}: start a Ray cluster over the ${NUM_NODES} nodes first, then run this with REUSE_RAY=1 to submit to it"
+   ACTOR_GPUS="${ACTOR_GPUS:-$NUM_GPUS}"
+   if ! openclaw_is_uint "$ACTOR_GPUS" || ((ACTOR_GPUS < 1 || ACTOR_GPUS > NUM_GPUS)); then
+      openclaw_die "ACTOR_GPUS=${ACTOR_GPUS}: expected 1 .. NUM_GPUS (${NUM_GPUS})"
+   fi
+   ROLLOUT_GPUS=0
+   RAY_GPU_LIST="$(IFS=,; echo "${OPENCLAW_GPU_IDS[*]:0:ACTOR_GPUS}")"
+   openclaw_parallel_sizes
+   local vision
+   openclaw_flag vision VISION "the setting's images go to a vision-language model"
+   ((vision == 0)) ||
+      openclaw_die "VISION=1: the demonstrations carry no images (the SFT trains on their tokens alone); leave VISION unset"
+   MODEL_PROVIDER="${MODEL_PROVIDER:-}"
+   [[ -z $MODEL_PROVIDER || $MODEL_PROVIDER =~ ^[A-Za-z_][A-Za-z0-9_.]*\.[A-Za-z_][A-Za-z0-9_]*$ ]] ||
+      openclaw_die "MODEL_PROVIDER=${MODEL_PROVIDER}: expected module.function (Slime's --custom-model-provider-path)"
+
+   MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"
+   NUM_EPOCH="${NUM_EPOCH:-3}"
+   ROLLOUT_BATCH_SIZE="${ROLLOUT_BATCH_SIZE:-16}"
+   CONTEXT_LENGTH="${CONTEXT_LENGTH:-32768}"
+   MAX_TOKENS_PER_GPU="${MAX_TOKENS_PER_GPU:-$CONTEXT_LENGTH}"
+   SAVE_INTERVAL="${SAVE_INTERVAL:-1000}"
+   LR="${LR:-1e-5}"
+   MIN_LR="${MIN_LR:-1e-6}"
+   LR_WARMUP_FRACTION="${LR_WARMUP_FRACTION:-0.1}"
+   RAY_DASHBOARD_PORT="${RAY_DASHBOARD_PORT:-8265}"
+   local name
+   for name in MAX_TURNS NUM_EPOCH ROLLOUT_BATCH_SIZE CONTEXT_LENGTH MAX_TOKENS_PER_GPU SAVE_INTERVAL RAY_DASHBOARD_PORT; do
+      openclaw_is_uint "${!name}" || openclaw_die "${name}=${!name}: expected a whole number"
+   done
+   for name in LR MIN_LR LR_WARMUP_FRACTION; do
+      openclaw_is_number "${!name}" || openclaw_die "${name}=${!name}: expected a number"
+   done
+   ((MAX_TURNS >= 1 && NUM_EPOCH >= 1 && ROLLOUT_BATCH_SIZE >= 1)) ||
+      openclaw_die "MAX_TURNS, NUM_EPOCH and ROLLOUT_BATCH_SIZE must be at least 1"
+
+   local run_dir="${RUN_DIR:-${OPENCLAW_REPO_ROOT}/runs/${AGENT_SETTING}-sft-$(date +%Y%m%d-%H%M%S)}"
+   [[ $run_dir == /* ]] || run_dir="${PWD}/${run_dir}"
+   RUN_DIR="${run_dir%/}"
+   SAVE_DIR="${SAVE_DIR:-${RUN_DIR}/megatron}"
+   AGENT_CONFIG="${RUN_DIR}/plugin.yaml"
+   AGENT_DEMOS="${DEMOS:-${RUN_DIR}/${AGENT_SETTING}-demos.jsonl}"
+   [[ $AGENT_DEMOS == /* ]] || AGENT_DEMOS="${PWD}/${AGENT_DEMOS}"
+   SUBMISSION_ID="openclaw-rl-${AGENT_SETTING}-sft-$(date +%Y%m%d-%H%M%S)-$$"
+   openclaw_preflight
+}
+
+# The demonstrations: the train split's scripted solutions played through the environment, in HF_CKPT's chat
+# template (its tokenizer, on the CPU), one JSON line per task whose script earned +1. DEMOS: a file written
+# before; a file already in RUN_DIR (a restart) is kept. In a dry run they are written too when HF_CKPT is on
+# this machine; otherwise the command is shown.
+agent_write_demos() {
+   agent_find_cli
+   mkdir -p "${RUN_DIR}"
+   AGENT_N_DEMOS=""
+   if [[ -n ${DEMOS:-} ]]; then
+      [[ -s $AGENT_DEMOS ]] || openclaw_die "DEMOS=${DEMOS}: no such file, or empty (write it with: openclaw-rl env demos --setting ${AGENT_SETTING} --model ${HF_CKPT} --out FILE)"
+      openclaw_note "demonstrations: ${AGENT_DEMOS} (DEMOS: written before; not rewritten)"
+   elif [[ -s $AGENT_DEMOS ]]; then
+      # a restart in the same RUN_DIR resumes mid-epoch (Slime checkpoints its place in the file): same rows
+      openclaw_note "demonstrations: ${AGENT_DEMOS} (written before in this RUN_DIR; delete it to write it again)"
+   else
+      local cmd=("${AGENT_CLI[@]}" env demos --setting "${AGENT_SETTING}" --model "${HF_CKPT}"
+         --max-turns "${MAX_TURNS}" --out "${AGENT_DEMOS}")
+      if openclaw_is_dry_run && [[ ! -e $HF_CKPT ]]; then
+         openclaw_note "the ${AGENT_SETTING} train tasks' scripted solutions, in ${HF_CKPT}'s chat template (not written: HF_CKPT is not on this machine):"
+         openclaw_show "${cmd[@]}"
+         return 0
+      fi
+      openclaw_note "the ${AGENT_SETTING} train tasks' scripted solutions, in ${HF_CKPT}'s chat template (written with DRY_RUN=1 too):"
+      openclaw_show "${cmd[@]}"
+      "${cmd[@]}" || openclaw_die "writing the ${AGENT_SETTING} demonstrations failed (the message above says why)"
+   fi
+   AGENT_N_DEMOS=$(agent_count_rows "${AGENT_DEMOS}")
+   ((AGENT_N_DEMOS > 0)) || openclaw_die "no ${AGENT_SETTING} demonstrations in ${AGENT_DEMOS}"
+   ((ROLLOUT_BATCH_SIZE <= AGENT_N_DEMOS)) ||
+      openclaw_die "ROLLOUT_BATCH_SIZE=${ROLLOUT_BATCH_SIZE} is more than the ${AGENT_N_DEMOS} demonstrations in ${AGENT_DEMOS}"
+}
+
+agent_build_sft_args() {
+   # shellcheck source=/dev/null
+   source "${SLIME_DIR}/scripts/models/${SLIME_MODEL}.sh"
+   declare -p MODEL_ARGS >/dev/null 2>&1 || openclaw_die "${SLIME_DIR}/scripts/models/${SLIME_MODEL}.sh did not set MODEL_ARGS"
+   [[ -z $MODEL_PROVIDER ]] || MODEL_ARGS+=(--custom-model-provider-path "${MODEL_PROVIDER}")
+
+   CKPT_ARGS=(
+      --hf-checkpoint "${HF_CKPT}"
+      --ref-load "${REF_LOAD}"
+      # --load = --save: a restart with the same RUN_DIR resumes (mid-epoch: Slime checkpoints its place)
+      --load "${SAVE_DIR}"
+      --save "${SAVE_DIR}"
+      --save-interval "${SAVE_INTERVAL}"
+   )
+
+   SFT_ARGS=(
+      # The demonstrations file is the prompt dataset: Slime reads, shuffles and counts its rows; each sample's
+      # prompt is its row's token ids (--input-key tokens), and our rollout function adds the row's response
+      # length and loss mask (slime_ext/hooks/sft.py). Nothing is tokenized again.
+      --rollout-function-path "${AGENT_SFT_HOOK}"
+      --prompt-data "${AGENT_DEMOS}"
+      --input-key tokens
+      --label-key label
+      --metadata-key metadata
+      --custom-config-path "${AGENT_CONFIG}"
+      --rollout-shuffle
+      --num-epoch "${NUM_EPOCH}"
+      --rollout-batch-size "${ROLLOUT_BATCH_SIZE}"
+      --global-batch-size "${ROLLOUT_BATCH_SIZE}"
+
+      # Slime's SFT: the negative log-likelihood of the response tokens under their loss mask (the agent's
+      # tokens; the observations' are 0), no advantages, no SGLang
+      --loss-type sft_loss
+      --calculate-per-token-loss
+      --disable-compute-advantages-and-returns
+      --debug-train-only
+   )
+
+   openclaw_slime_common_args
+   OPTIMIZER_ARGS=(
+      --optimizer adam
+      --lr "${LR}"
+      --lr-decay-style cosine
+      --min-lr "${MIN_LR}"
+      --lr-warmup-fraction "${LR_WARMUP_FRACTION}"
+      --weight-decay 0.1
+      --adam-beta1 0.9
+      --adam-beta2 0.95
+   )
+}
+
+# The plugin config of the SFT: the setting every demonstration must be of, and settings of the user's own.
+agent_write_sft_config() {
+   OPENCLAW_YAML=()
+   OPENCLAW_YAML_SHOWN=()
+   openclaw_yaml_str setting "${AGENT_SETTING}"
+   openclaw_yaml_num max_turns "${MAX_TURNS}"
+   [[ -z ${OPENCLAW_RL_SETTINGS:-} ]] || openclaw_yaml_str setting_paths "${OPENCLAW_RL_SETTINGS}"
+   mkdir -p "${RUN_DIR}"
+   local tmp="${AGENT_CONFIG}.tmp.$$"
+   {
+      echo "# openclaw-rl warm-start settings for Slime (--custom-config-path), written by scripts/slime_agents.sh."
+      echo "# Slime sets each top-level key onto its args; slime_ext.hooks.sft reads args.openclaw_rl_env."
+      echo "openclaw_rl_env:"
+      printf '%s\n' "${OPENCLAW_YAML[@]}"
+   } >"$tmp"
+   mv -f "$tmp" "${AGENT_CONFIG}"
+}
+
+agent_sft_launch() {
+   agent_write_sft_config
+   openclaw_runtime_env
+   openclaw_ray_commands "${RAY_GPU_LIST}" "${ACTOR_GPUS}"
+   local ray_start_cmd=("${OPENCLAW_RAY_START_CMD[@]}")
+   ((NUM_NODES > 1)) || openclaw_one_gpu_args
+   local submit_cmd=("${OPENCLAW_SUBMIT_CMD[@]}" python3 "${AGENT_TRAIN_PY}"
+      --actor-num-nodes "${NUM_NODES}"
+      --actor-num-gpus-per-node "${ACTOR_GPUS}"
+      --num-gpus-per-node "${ACTOR_GPUS}"
+      "${MODEL_ARGS[@]}"
+      "${CKPT_ARGS[@]}"
+      "${SFT_ARGS[@]}"
+      "${OPTIMIZER_ARGS[@]}"
+      "${WANDB_ARGS[@]}"
+      "${PERF_ARGS[@]}"
+      "${MISC_ARGS[@]}")
+
+   local steps="${NUM_EPOCH} x (demonstrations / ${ROLLOUT_BATCH_SIZE})"
+   [[ -z $AGENT_N_DEMOS ]] || steps=$((NUM_EPOCH * (AGENT_N_DEMOS / ROLLOUT_BATCH_SIZE)))
+   openclaw_note "openclaw-rl warm start (SFT) on Slime: setting ${AGENT_SETTING}, ${AGENT_TRAIN_PY}$(openclaw_is_dry_run && echo ' (DRY_RUN=1: nothing is started)')"
+   openclaw_note "Slime: ${SLIME_DIR}   Megatron: ${MEGATRON_DIR}   model: ${HF_CKPT} (torch_dist: ${REF_LOAD})"
+   openclaw_note "GPUs: ${ACTOR_GPUS} training on ${RAY_GPU_LIST} per node, ${NUM_NODES} node(s), no rollout engines (--debug-train-only)"
+   openclaw_note "demonstrations: ${AGENT_N_DEMOS:-?} (${AGENT_DEMOS}), train split only; ${ROLLOUT_BATCH_SIZE} per step, ${NUM_EPOCH} epochs: ${steps} steps"
+   openclaw_note "loss: Slime's sft_loss on the agent's tokens (loss mask 1), through ${AGENT_SFT_HOOK}"
+   openclaw_note "run directory: ${RUN_DIR}; checkpoints: ${SAVE_DIR}"
+   openclaw_note "plugin config: ${AGENT_CONFIG}"
+   printf '#   %s\n' "openclaw_rl_env:" "${OPENCLAW_YAML_SHOWN[@]}"
+   openclaw_note "then agent RL from this checkpoint: REF_LOAD=${SAVE_DIR} HF_CKPT=${HF_CKPT} with the ${AGENT_SETTING} RL launcher (a new RUN_DIR)"
 
    if openclaw_is_dry_run; then
       openclaw_note "the Ray head (refused if a Ray cluster is already running here, unless REUSE_RAY=1):"

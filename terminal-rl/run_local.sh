@@ -1,12 +1,9 @@
 #!/usr/bin/env bash
-# Agent RL on the terminal setting with the embedded backend on this machine (a CPU is enough): smollm2-135m
-# plays episodes on the train tasks, one Binary RL step per round trains a LoRA adapter on them
-# (observation tokens masked out), and the adapter is swapped into the engine. Progress on stderr;
-# metrics.jsonl and the adapters under runs/terminal-<time>/. Extra arguments go to `openclaw-rl env train`
-# and win over these defaults (e.g. --steps 20, --model DIR, --out DIR); the GPU counterpart is
-# terminal_qwen3_8b_rl.sh (Slime).
+# The terminal agent on this machine (a CPU is enough), one command: held-out success of smollm2-135m, then the warm
+# start (openclaw-rl env sft: LoRA SFT on the train tasks' scripted solutions), then RL from it (env train --init:
+# GRPO groups of episodes per task, each new adapter checked on train tasks RL never samples), with the held-out
+# success after each, and one line comparing them. Progress on stderr; everything under runs/terminal-<time>/ (or
+# $OUT). Extra arguments go to `openclaw-rl env train` and win over its defaults (e.g. --steps 12); the GPU
+# counterpart is the Slime launchers in this folder. See scripts/agent_recipe.sh.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-make --no-print-directory .venv/.installed >/dev/null
-exec .venv/bin/openclaw-rl env train --setting terminal --model smollm2-135m --out "runs/terminal-$(date +%Y%m%d-%H%M%S)" \
-   --steps 8 --episodes 8 "$@"
+EVAL_REPEAT=${EVAL_REPEAT:-4} exec "$(dirname "$0")/../scripts/agent_recipe.sh" terminal "$@"

@@ -44,9 +44,18 @@ SEED_SCRIPTS = {
 LOCAL = {s: ROOT / f"{s}-rl" / "run_local.sh" for s in SETTINGS}
 DEFAULT_MAX_TURNS = {"terminal": 8, "toolcall": 6, "swe": 12, "gui": 10}
 INSTALL_BROWSER = ROOT / "scripts" / "install_browser.sh"
-ALL_SHELL = [AGENTS, *{*SCRIPTS.values(), *(ROOT / p for p in SEED_SCRIPTS)}, *LOCAL.values(), INSTALL_BROWSER]
+# the warm start (Slime's SFT on the demonstrations): script, model file, checkpoint, hidden size
+SFT_SCRIPTS = {
+    "terminal": (ROOT / "terminal-rl" / "terminal_qwen3_8b_sft.sh", "qwen3-8B", "/root/Qwen3-8B", "4096"),
+    "toolcall": (ROOT / "toolcall-rl" / "toolcall_qwen3_4b_sft.sh", "qwen3-4B", "/root/Qwen3-4B", "2560"),
+}
+SFT_ALIASES = [ROOT / "toolcall-rl" / "retool_qwen3_4b_sft.sh"]  # upstream OpenClaw-RL's name
+ALL_SHELL = [AGENTS, *{*SCRIPTS.values(), *(ROOT / p for p in SEED_SCRIPTS)}, *LOCAL.values(), INSTALL_BROWSER,
+             *(s[0] for s in SFT_SCRIPTS.values()), *SFT_ALIASES]
 
 GENERATE_HOOK = "slime_ext.hooks.generate.generate"
+FILTER_HOOK = "slime_ext.hooks.filters.drop_constant_groups"
+SFT_HOOK = "slime_ext.hooks.sft.generate_rollout"
 
 # Tools the scripts may use in a dry run; nothing else is on PATH there (env: OPENCLAW_PYTHON runs through it).
 DRY_RUN_TOOLS = ("dirname", "date", "mkdir", "mv", "env")
@@ -177,6 +186,8 @@ def test_dry_run_prints_the_job_and_writes_datasets_and_config(setting, tmp_path
     assert _flag(words, "--global-batch-size") == "64"
     assert _flag(words, "--advantage-estimator") == "grpo" and "--use-rollout-logprobs" in words
     assert "--disable-rewards-normalization" not in words and "--use-kl-loss" not in words
+    # groups whose episodes all earned the same reward are dropped and resampled, by our filter
+    assert _flag(words, "--dynamic-sampling-filter-path") == FILTER_HOOK and "--over-sampling-batch-size" not in words
     assert _flag(words, "--rollout-temperature") == "1.0"
     assert "--loss-type" not in words and "--colocate" not in words
     # Slime's model file; Qwen3-8B; the default 8-GPU split 4 / 4
@@ -233,6 +244,26 @@ def test_settings_from_the_environment(tmp_path):
     data = yaml.safe_load(Path(_flag(words, "--custom-config-path")).read_text())
     assert data == {"openclaw_rl_env": {"setting": "terminal", "max_turns": 3, "samples": "step",
                                         "context_budget": 12000}}
+
+
+def _dry_env_in(tmp_path: Path, name: str, **extra: str) -> dict[str, str]:
+    (tmp_path / name).mkdir()
+    return _dry_env(tmp_path / name, **extra)
+
+
+def test_the_constant_group_filter_can_be_switched_off_and_oversampled(tmp_path):
+    off = _run("terminal", _dry_env_in(tmp_path, "off", DYNAMIC_FILTER="0"))
+    assert off.returncode == 0, off.stderr
+    assert "--dynamic-sampling-filter-path" not in _submit_words(off.stdout) and "DYNAMIC_FILTER=0" in off.stdout
+    more = _run("terminal", _dry_env_in(tmp_path, "more", OVER_SAMPLING_BATCH_SIZE="16"))
+    assert more.returncode == 0, more.stderr
+    words = _submit_words(more.stdout)
+    assert _flag(words, "--dynamic-sampling-filter-path") == FILTER_HOOK
+    assert _flag(words, "--over-sampling-batch-size") == "16" and _flag(words, "--rollout-batch-size") == "8"
+    less = _run("terminal", _dry_env_in(tmp_path, "less", OVER_SAMPLING_BATCH_SIZE="4"))
+    assert less.returncode != 0 and "OVER_SAMPLING_BATCH_SIZE=4 must be at least ROLLOUT_BATCH_SIZE=8" in less.stderr
+    bad = _run("terminal", _dry_env_in(tmp_path, "bad", DYNAMIC_FILTER="maybe"))
+    assert bad.returncode != 0 and "DYNAMIC_FILTER=maybe: expected 1" in bad.stderr
 
 
 def test_the_repository_venv_exports_by_default(tmp_path):
@@ -374,6 +405,139 @@ def test_a_setting_the_exporter_does_not_know_fails_clearly(tmp_path):
     assert "ray job submit" not in r.stdout
 
 
+# ------------------------------------------------------------------------------ the warm start (Slime SFT)
+
+
+def _run_sft(setting: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([shutil.which("bash") or "/bin/bash", str(SFT_SCRIPTS[setting][0])], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _tiny() -> str:
+    from slime_ext.models import resolve_model
+
+    return str(resolve_model("tiny"))
+
+
+@pytest.mark.parametrize("setting", list(SFT_SCRIPTS))
+def test_sft_dry_run_writes_the_demonstrations_and_prints_slimes_sft_on_them(setting, tmp_path):
+    """The demonstrations are written first (HF_CKPT's tokenizer: here the tiny model's), then Slime's SFT job
+    names that file as its data, our rollout function and the SFT loss, with no rollout engines."""
+    script, model_file, _, hidden = SFT_SCRIPTS[setting]
+    env = _dry_env(tmp_path, HF_CKPT=_tiny())
+    r = _run_sft(setting, env)
+    assert r.returncode == 0, r.stderr
+    run_dir = Path(env["RUN_DIR"])
+    demos = run_dir / f"{setting}-demos.jsonl"
+    m = re.search(r"^.*-m slime_ext\.cli env demos .*?--out \S+$", r.stdout, flags=re.S | re.M)
+    assert m, r.stdout  # the command that wrote them, before the job
+    demos_cmd = shlex.split(m.group(0).replace("\\\n", " "))
+    assert (_flag(demos_cmd, "--setting"), _flag(demos_cmd, "--model"), _flag(demos_cmd, "--max-turns"),
+            _flag(demos_cmd, "--out")) == (setting, env["HF_CKPT"], str(DEFAULT_MAX_TURNS[setting]), str(demos))
+    assert r.stdout.index("env demos") < r.stdout.index("ray job submit")
+    words = _submit_words(r.stdout)
+    assert words[words.index("--") + 1:words.index("--") + 3] == ["python3", "train_async.py"]
+    # our data file, our rollout function, Slime's SFT loss
+    assert _flag(words, "--prompt-data") == str(demos)
+    assert (_flag(words, "--input-key"), _flag(words, "--label-key"), _flag(words, "--metadata-key")) == (
+        "tokens", "label", "metadata")
+    assert _flag(words, "--rollout-function-path") == SFT_HOOK
+    assert _flag(words, "--loss-type") == "sft_loss"
+    for flag in ("--debug-train-only", "--disable-compute-advantages-and-returns", "--calculate-per-token-loss",
+                 "--rollout-shuffle"):
+        assert flag in words, flag
+    assert _flag(words, "--num-epoch") == "3" and _flag(words, "--rollout-batch-size") == "16" \
+        and _flag(words, "--global-batch-size") == "16"
+    for flag in ("--custom-generate-function-path", "--dynamic-sampling-filter-path", "--rollout-num-gpus",
+                 "--colocate", "--num-rollout", "--advantage-estimator", "--eval-prompt-data"):
+        assert flag not in words, flag
+    assert _flag(words, "--actor-num-gpus-per-node") == "8" and "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 ray start" in r.stdout
+    assert _flag(words, "--hidden-size") == hidden and _flag(words, "--lr") == "1e-5"
+    assert _flag(words, "--lr-decay-style") == "cosine" and _flag(words, "--hf-checkpoint") == env["HF_CKPT"]
+
+    # the file: one demonstration per train task whose script earned +1, no held-out task, what the hook reads
+    rows = _rows(demos)
+    train = {t.id for t in list_tasks(setting, "train")}
+    heldout = {t.id for t in list_tasks(setting, "heldout")}
+    labels = [row["label"] for row in rows]
+    assert rows and set(labels) <= train and not set(labels) & heldout and len(set(labels)) == len(labels)
+    assert all(row["metadata"]["setting"] == setting and 0 in row["loss_mask"] for row in rows)
+    assert f"demonstrations: {len(rows)} ({demos})" in r.stdout
+    assert f"{3 * (len(rows) // 16)} steps" in r.stdout
+    data = yaml.safe_load(Path(_flag(words, "--custom-config-path")).read_text())
+    assert data == {"openclaw_rl_env": {"setting": setting, "max_turns": DEFAULT_MAX_TURNS[setting]}}
+    from slime_ext.hooks.sft import build_index
+
+    args = SimpleNamespace(**data)
+    assert len(build_index(str(demos), args)) == len(rows)
+
+
+def test_sft_dry_run_without_the_checkpoint_shows_the_demonstrations_command(tmp_path):
+    env = _dry_env(tmp_path)  # HF_CKPT: /root/Qwen3-4B, not on this machine
+    r = subprocess.run([shutil.which("bash") or "/bin/bash", str(SFT_ALIASES[0])], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    demos = Path(env["RUN_DIR"]) / "toolcall-demos.jsonl"
+    assert "not written: HF_CKPT is not on this machine" in r.stdout and "env demos" in r.stdout
+    assert not demos.exists()
+    words = _submit_words(r.stdout)
+    assert _flag(words, "--prompt-data") == str(demos) and _flag(words, "--rollout-function-path") == SFT_HOOK
+    assert _flag(words, "--loss-type") == "sft_loss" and _flag(words, "--hf-checkpoint") == "/root/Qwen3-4B"
+    assert _flag(words, "--hidden-size") == "2560"
+
+
+def test_sft_on_demonstrations_written_before(tmp_path):
+    """DEMOS: a file written before is used as it is (not rewritten); more per step than it holds is refused."""
+    from transformers import AutoTokenizer
+
+    from slime_ext.chat.prompt import PromptRenderer
+    from slime_ext.envs.demos import demonstrations, write_demos
+
+    tok = AutoTokenizer.from_pretrained(_tiny())
+    samples, _ = demonstrations("terminal", tok, PromptRenderer(tok), limit=3)
+    demos = tmp_path / "mine.jsonl"
+    write_demos(samples, demos)
+    before = demos.read_text()
+    (tmp_path / "ok").mkdir()
+    env = _dry_env(tmp_path / "ok", DEMOS=str(demos), ROLLOUT_BATCH_SIZE="2", NUM_EPOCH="4", LR="2e-5")
+    r = _run_sft("terminal", env)
+    assert r.returncode == 0, r.stderr
+    assert "env demos" not in r.stdout and demos.read_text() == before
+    words = _submit_words(r.stdout)
+    assert _flag(words, "--prompt-data") == str(demos) and _flag(words, "--rollout-batch-size") == "2"
+    assert _flag(words, "--num-epoch") == "4" and _flag(words, "--lr") == "2e-5"
+    assert "demonstrations: 3" in r.stdout and "4 steps" in r.stdout
+    (tmp_path / "big").mkdir()
+    big = _run_sft("terminal", _dry_env(tmp_path / "big", DEMOS=str(demos)))
+    assert big.returncode != 0 and "ROLLOUT_BATCH_SIZE=16 is more than the 3 demonstrations" in big.stderr
+    (tmp_path / "none").mkdir()
+    missing = _run_sft("terminal", _dry_env(tmp_path / "none", DEMOS=str(tmp_path / "nope.jsonl")))
+    assert missing.returncode != 0 and "no such file, or empty" in missing.stderr
+    (tmp_path / "vision").mkdir()
+    vision = _run_sft("terminal", _dry_env(tmp_path / "vision", DEMOS=str(demos), VISION="1"))
+    assert vision.returncode != 0 and "the demonstrations carry no images" in vision.stderr
+
+
+def test_sft_real_run_writes_the_demonstrations_then_submits_the_sft_job(tmp_path):
+    env, log = _fakes(tmp_path)
+    env.update(HF_CKPT=_tiny(), REF_LOAD=str(tmp_path / "Qwen3-8B_torch_dist"), ROLLOUT_BATCH_SIZE="4", NUM_GPUS="2")
+    r = _run_sft("terminal", env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    demos = Path(env["RUN_DIR"]) / "terminal-demos.jsonl"
+    assert demos.is_file() and _rows(demos)
+    calls = log.read_text().splitlines()
+    submit = next(c for c in calls if c.startswith("ray job submit"))
+    for needle in (f"--rollout-function-path {SFT_HOOK}", f"--prompt-data {demos}", "--loss-type sft_loss",
+                   "--debug-train-only", "train_async.py", "--actor-num-gpus-per-node 2"):
+        assert needle in submit, needle
+    assert calls[-1].startswith("ray stop")
+    # a restart in the same RUN_DIR keeps the file (Slime resumes mid-epoch in it)
+    demos.write_text("".join(demos.read_text().splitlines(True)[:5]))
+    again = _run_sft("terminal", env)
+    assert again.returncode == 0, again.stderr
+    assert "written before in this RUN_DIR" in again.stdout and len(_rows(demos)) == 5
+
+
 # ----------------------------------------------------------------------------- the real path, with fakes
 
 FAKE_RAY = """#!/usr/bin/env bash
@@ -425,18 +589,24 @@ def test_real_run_starts_ray_and_the_job_and_stops_what_it_started(tmp_path):
 # ---------------------------------------------------------------------------------------- run_local.sh
 
 FAKE_CLI = """#!/usr/bin/env bash
-{ printf '%s\\n' "$PWD"; printf '%s\\n' "$@"; } > "$FAKE_LOG"
+# each call: the working folder, then the arguments, then a separator; eval writes a summary where --out says
+{ printf '%s\\n' "$PWD"; printf '%s\\n' "$@"; echo ---; } >> "$FAKE_LOG"
+prev=; for a in "$@"; do [ "$prev" = --out ] && out=$a; prev=$a; done
+if [ "$2" = eval ]; then mkdir -p "$(dirname "$out")"; printf '{\\n  "success_rate": %s,\\n  "episodes": 8\\n}\\n' \\
+  "$(grep -c -- '^---$' "$FAKE_LOG")" > "$out"; fi
 """
 
 
 @pytest.mark.parametrize("setting", SETTINGS)
-def test_run_local_passes_extra_arguments_to_env_train(setting, tmp_path):
+def test_run_local_runs_the_recipe_and_passes_extra_arguments_to_env_train(setting, tmp_path):
     if not shutil.which("make"):
         pytest.skip("make is not installed")
-    # the repository's layout: the script, a Makefile whose target is already built, a fake openclaw-rl
+    # the repository's layout: the scripts, a Makefile whose target is already built, a fake openclaw-rl
     root = tmp_path / "repo"
     (root / f"{setting}-rl").mkdir(parents=True)
+    (root / "scripts").mkdir()
     shutil.copy2(LOCAL[setting], root / f"{setting}-rl" / "run_local.sh")
+    shutil.copy2(ROOT / "scripts" / "agent_recipe.sh", root / "scripts" / "agent_recipe.sh")
     (root / "Makefile").write_text(".venv/.installed:\n\t@echo 'the test expects no install'; exit 1\n")
     (root / ".venv" / "bin").mkdir(parents=True)
     (root / ".venv" / ".installed").touch()
@@ -448,11 +618,20 @@ def test_run_local_passes_extra_arguments_to_env_train(setting, tmp_path):
     r = subprocess.run(["bash", f"{setting}-rl/run_local.sh", "--steps", "2", "--lr", "3e-4"], cwd=root, env=env,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
-    cwd, *argv = log.read_text().splitlines()
-    assert Path(cwd) == root
-    assert argv[:6] == ["env", "train", "--setting", setting, "--model", "smollm2-135m"]
-    assert argv[6] == "--out" and re.fullmatch(rf"runs/{setting}-\d{{8}}-\d{{6}}", argv[7])
-    assert "--episodes" in argv and argv[-4:] == ["--steps", "2", "--lr", "3e-4"]  # given last: they win
+    calls = [c.strip("\n").split("\n") for c in log.read_text().split("---\n") if c.strip()]
+    assert all(Path(c[0]) == root for c in calls)
+    argv = [c[1:] for c in calls]
+    assert [a[:2] for a in argv] == [["env", "eval"], ["env", "sft"], ["env", "eval"], ["env", "train"], ["env", "eval"]]
+    out = argv[1][argv[1].index("--out") + 1]
+    assert re.fullmatch(rf"runs/{setting}-\d{{8}}-\d{{6}}/sft", out)
+    run = out.removesuffix("/sft")
+    assert argv[3][argv[3].index("--init") + 1] == f"{run}/sft/adapter"
+    assert argv[3][-4:] == ["--steps", "2", "--lr", "3e-4"]  # given last: they win
+    assert "--adapter" not in argv[0] and argv[2][argv[2].index("--adapter") + 1] == f"{run}/sft/adapter"
+    assert argv[4][argv[4].index("--adapter") + 1] == f"{run}/rl/adapter"
+    assert all(a[a.index("--setting") + 1] == setting for a in argv)
+    # the last line compares the three held-out summaries the evals wrote (the fake's: 1, 3 and 5)
+    assert f"{setting} held-out success: base 1, warm start 3, warm start + RL 5" in r.stdout
 
 
 # ------------------------------------------------------------------------------------ install_browser.sh

@@ -19,6 +19,7 @@ HOOKS = {
     "SLIME_CONTRACT_ROLLOUT_FUNCTION_PATH": "slime_ext.hooks.rollout.live_rollout",
     "SLIME_CONTRACT_CUSTOM_REWARD_POST_PROCESS_PATH": "slime_ext.hooks.reward.post_process_rewards",
     "SLIME_CONTRACT_CUSTOM_GENERATE_FUNCTION_PATH": "slime_ext.hooks.generate.generate",
+    "SLIME_CONTRACT_DYNAMIC_SAMPLING_FILTER_PATH": "slime_ext.hooks.filters.drop_constant_groups",
 }
 
 missing = [m for m in ("httpx", "PIL", "pylatexenc") if importlib.util.find_spec(m) is None]

@@ -64,8 +64,8 @@ def test_hooks_import_without_slime_sglang_megatron_or_ray():
     import subprocess
 
     code = ("import sys; import slime_ext.hooks.rollout, slime_ext.hooks.reward, slime_ext.hooks.loss, "
-            "slime_ext.hooks.config; bad = [m for m in ('slime', 'sglang', 'megatron', 'ray') if m in sys.modules]; "
-            "assert not bad, bad")
+            "slime_ext.hooks.config, slime_ext.hooks.generate, slime_ext.hooks.filters, slime_ext.hooks.sft; "
+            "bad = [m for m in ('slime', 'sglang', 'megatron', 'ray') if m in sys.modules]; assert not bad, bad")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
 

@@ -283,3 +283,36 @@ def test_the_generate_hook_plays_with_the_step_judge_its_settings_name(router, s
     plain = run()
     assert all(s.reward == s.metadata["outcome"] for s in plain)
     assert all(s.metadata.get("step_score") is None for s in plain)
+
+
+def test_through_the_generate_hook_the_step_judge_scores_each_step_and_moves_the_reward_by_its_weight(router):
+    """One episode (one seed: the same tokens) played with ``step_judge`` off, ``heuristic`` at the default weight
+    (0.5) and at 0.25, and with one sample per step: every step gets a heuristic vote, the episode's
+    ``step_score`` is their mean, and the reward moves off the outcome by weight x mean score, as Slime trains it."""
+    from slime_ext.hooks.generate import generate
+    from slime_ext.types import Sample
+
+    task = list_tasks("toolcall", "train")[0]
+
+    def run(samples="episode", **env):
+        args = types.SimpleNamespace(sglang_router_ip=router.ip, sglang_router_port=router.port,
+                                     hf_checkpoint=router.model_dir,
+                                     openclaw_rl_env={"max_turns": 2, "samples": samples, **env})
+        sample = Sample(index=3, prompt="p", metadata={"setting": "toolcall", "task_id": task.id})
+        out = asyncio.run(generate(args, sample, {"temperature": 1.0, "max_new_tokens": 6, "sampling_seed": 11}))
+        return out if isinstance(out, list) else [out]
+
+    (plain,), (half,), (quarter,) = run(), run(step_judge="heuristic"), run(step_judge="heuristic", step_weight=0.25)
+    steps = run("step", step_judge="heuristic")
+    assert plain.tokens == half.tokens == quarter.tokens  # one episode, rewarded three ways
+    assert steps[-1].tokens == half.tokens[:len(steps[-1].tokens)] and len(steps) == half.metadata["steps"]
+    votes = [s.metadata["step_score"] for s in steps]
+    assert all(v in (-1.0, 0.0, 1.0) for v in votes)  # the heuristic's one vote per step
+    mean = sum(votes) / len(votes)
+    assert half.metadata["step_score"] == pytest.approx(mean) == quarter.metadata["step_score"]
+    assert plain.reward == plain.metadata["outcome"] and plain.metadata.get("step_score") is None
+    outcome = plain.metadata["outcome"]
+    assert half.reward == pytest.approx(max(-1.0, min(1.0, outcome + 0.5 * mean)))
+    assert quarter.reward == pytest.approx(max(-1.0, min(1.0, outcome + 0.25 * mean)))
+    # this episode's steps are judged (not neutral) and its reward is not clipped back: the judge changed it
+    assert mean != 0 and len({plain.reward, half.reward, quarter.reward}) == 3
