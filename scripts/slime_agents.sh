@@ -249,21 +249,25 @@ agent_export_tasks() {
 
 # ---------------------------------------------------------------------------------------- Slime arguments
 
-agent_build_args() {
-   # Model architecture, from Slime's own file (MODEL_ARGS_ROTARY_BASE=5000000 for the 2507 checkpoints).
+agent_model_ckpt_args() {
+   # MODEL_ARGS (the architecture, from Slime's own file; MODEL_ARGS_ROTARY_BASE=5000000 for the 2507
+   # checkpoints) and CKPT_ARGS, the same for RL and the warm start. --load = --save: a restart with the same
+   # RUN_DIR resumes from the latest checkpoint (the SFT mid-epoch: Slime checkpoints its place).
    # shellcheck source=/dev/null
    source "${SLIME_DIR}/scripts/models/${SLIME_MODEL}.sh"
    declare -p MODEL_ARGS >/dev/null 2>&1 || openclaw_die "${SLIME_DIR}/scripts/models/${SLIME_MODEL}.sh did not set MODEL_ARGS"
    [[ -z $MODEL_PROVIDER ]] || MODEL_ARGS+=(--custom-model-provider-path "${MODEL_PROVIDER}")
-
    CKPT_ARGS=(
       --hf-checkpoint "${HF_CKPT}"
       --ref-load "${REF_LOAD}"
-      # --load = --save: a restart with the same RUN_DIR resumes from the latest checkpoint.
       --load "${SAVE_DIR}"
       --save "${SAVE_DIR}"
       --save-interval "${SAVE_INTERVAL}"
    )
+}
+
+agent_build_args() {
+   agent_model_ckpt_args
 
    ROLLOUT_ARGS=(
       # Slime's default rollout over our task dataset; the generate hook plays each sample as an episode
@@ -547,19 +551,7 @@ agent_write_demos() {
 }
 
 agent_build_sft_args() {
-   # shellcheck source=/dev/null
-   source "${SLIME_DIR}/scripts/models/${SLIME_MODEL}.sh"
-   declare -p MODEL_ARGS >/dev/null 2>&1 || openclaw_die "${SLIME_DIR}/scripts/models/${SLIME_MODEL}.sh did not set MODEL_ARGS"
-   [[ -z $MODEL_PROVIDER ]] || MODEL_ARGS+=(--custom-model-provider-path "${MODEL_PROVIDER}")
-
-   CKPT_ARGS=(
-      --hf-checkpoint "${HF_CKPT}"
-      --ref-load "${REF_LOAD}"
-      # --load = --save: a restart with the same RUN_DIR resumes (mid-epoch: Slime checkpoints its place)
-      --load "${SAVE_DIR}"
-      --save "${SAVE_DIR}"
-      --save-interval "${SAVE_INTERVAL}"
-   )
+   agent_model_ckpt_args
 
    SFT_ARGS=(
       # The demonstrations file is the prompt dataset: Slime reads, shuffles and counts its rows; each sample's

@@ -162,3 +162,9 @@ def test_env_export_writes_a_slime_dataset_naming_each_task(tmp_path):
     task = get_task("terminal", rows[0]["label"])
     assert rows[0] == {"prompt": task.instruction, "label": task.id,
                        "metadata": {"setting": "terminal", "task_id": task.id}}
+
+
+def test_the_default_check_slice_leaves_most_train_tasks_to_rl():
+    from slime_ext.envs.recipe import default_check
+
+    assert default_check(200) == 16 and default_check(33) == 8 and default_check(3) == 0

@@ -345,7 +345,7 @@ def add_env_parser(subparsers) -> None:
     tr.add_argument("--out", required=True, help="output folder: metrics.jsonl and one adapter per step")
     tr.add_argument("--steps", type=int, default=8, help="training steps [8]")
     tr.add_argument("--episodes", type=int, default=16, help="episodes per step [16]")
-    tr.add_argument("--lr", type=float, default=1e-4, help="learning rate [1e-4]")
+    tr.add_argument("--lr", type=float, default=2e-4, help="learning rate [2e-4]")
     tr.add_argument("--lora-rank", type=int, default=16, help="LoRA rank of a new adapter (--init keeps its own) [16]")
     tr.add_argument("--init", metavar="ADAPTER", help="start from this LoRA adapter (env sft's DIR/adapter: the warm "
                                                        "start) [a new adapter on the base model]")
@@ -354,9 +354,10 @@ def add_env_parser(subparsers) -> None:
                          "(groups whose rewards are all equal are dropped and counted); mean: the step's mean "
                          "reward; none [group]")
     tr.add_argument("--group-size", type=int, default=4, help="episodes per task with --baseline group [4]")
-    tr.add_argument("--check", type=int, default=16, metavar="N",
+    tr.add_argument("--check", type=int, metavar="N",
                     help="N train tasks RL never samples, played greedily after every step: an adapter that solves "
-                         "more than one fewer of them than the best so far is not kept (reverted); 0: off [16]")
+                         "more than one fewer of them than the best so far is not kept (reverted); 0: off "
+                         "[16, or a quarter of the train tasks when fewer]")
     tr.add_argument("--policy-loss", default="ppo", metavar="LOSS",
                     help="the policy loss: ppo (clipped ratio), or your own as module:attr, called like "
                          "algorithms/ppo.py's policy_loss (docs/extending.md) [ppo]")

@@ -292,6 +292,11 @@ def sft(settings: RunSettings, out_dir: Path, steps: int = 12, lr: float = 5e-4,
     return history
 
 
+def default_check(train_tasks: int) -> int:
+    """The check slice's default size: 16 train tasks, or a quarter of them when that is fewer."""
+    return min(16, train_tasks // 4)
+
+
 def check_slice(tasks: list[EnvTask], size: int) -> tuple[list[EnvTask], list[EnvTask]]:
     """(the check slice, the rest): ``size`` train tasks RL never samples, on which each new adapter is checked
     before it is kept; a fixed choice (by id) so runs with different seeds check the same tasks."""
@@ -336,9 +341,9 @@ def group_samples(episodes: list[Episode], group_size: int, rollout_id: int) -> 
     return kept, dropped
 
 
-def train(settings: RunSettings, out_dir: Path, steps: int = 8, episodes: int = 16, lr: float = 1e-4,
+def train(settings: RunSettings, out_dir: Path, steps: int = 8, episodes: int = 16, lr: float = 2e-4,
           lora_rank: int = 16, baseline: str = "group", policy_loss: str = "ppo", group_size: int = 4,
-          init: Path | None = None, check: int = 16) -> list[dict[str, Any]]:
+          init: Path | None = None, check: int | None = None) -> list[dict[str, Any]]:
     """The training loop (see the module docstring); one metrics dict per round. ``policy_loss``: ``ppo`` or
     the user's (``learning/objective.py: resolve_policy_loss``)."""
     import torch
@@ -357,7 +362,7 @@ def train(settings: RunSettings, out_dir: Path, steps: int = 8, episodes: int = 
     tasks = list_tasks(settings.setting, "train")
     if not tasks:
         raise ValueError(f"setting {settings.setting!r} has no train tasks")
-    checked, tasks = check_slice(tasks, check)
+    checked, tasks = check_slice(tasks, default_check(len(tasks)) if check is None else check)
     out_dir.mkdir(parents=True, exist_ok=True)
     bf16 = _bf16_training(resolve_device(settings.device))
     model_dir, tok, renderer, engine, sampling = _load(settings, exact_logprobs=not bf16)
