@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from slime_ext.envs.agent_loop import Episode
+from slime_ext.envs.agent_loop import Episode, episode_sample
 from slime_ext.envs.base import get_task
 from slime_ext.envs.recipe import check_slice, group_samples, passes_check, summarize
 
@@ -168,3 +168,24 @@ def test_the_default_check_slice_leaves_most_train_tasks_to_rl():
     from slime_ext.envs.recipe import default_check
 
     assert default_check(200) == 16 and default_check(33) == 8 and default_check(3) == 0
+
+
+def test_rescored_samples_start_the_ppo_ratio_at_one_in_the_trainers_precision():
+    """Under bf16 autocast the engine's recorded log-probs are a few hundredths off the trainer's; rescoring
+    replaces them with the trainer's own pi_old, so the first step's ratio is exactly 1 on every trained token."""
+    import torch
+
+    from slime_ext.envs.recipe import _trainable, rescore_samples
+    from slime_ext.models import resolve_model
+    from slime_ext.trainers.step import collate, response_logprobs
+
+    model = _trainable(resolve_model("tiny"), torch.device("cpu"), 4)
+    samples = [episode_sample(e) for e in _episodes([1.0, -1.0])]
+    samples[1].loss_mask = [1, 1, 0]
+    with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
+        rescore_samples(model, samples)
+        for s in samples:
+            now = response_logprobs(model, collate([s]))[0, : s.response_length].float().tolist()
+            assert [x if m else 0.0 for x, m in zip(now, s.loss_mask)] == s.rollout_log_probs
+    assert samples[0].rollout_log_probs[1] == 0.0 and samples[1].rollout_log_probs[2] == 0.0  # observations
+    assert all(x < 0 for s in samples for x, m in zip(s.rollout_log_probs, s.loss_mask) if m)

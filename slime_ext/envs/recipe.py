@@ -195,8 +195,11 @@ def _bf16_training(device: Any) -> bool:
     return device.type == "cpu" and resolve_dtype("auto", device="cpu")[0] == "bfloat16"
 
 
-def _train_step(bf16: bool, *args: Any, **kwargs: Any) -> dict[str, Any]:
-    """``trainers.step.train_step``, under bf16 autocast when ``bf16`` (autocast is per thread: entered here)."""
+def _train_step(bf16: bool, model: Any, optimizer: Any, samples: list[Sample], *, rescore: bool = False,
+                **kwargs: Any) -> dict[str, Any]:
+    """``trainers.step.train_step``, under bf16 autocast when ``bf16`` (autocast is per thread: entered here).
+    ``rescore``: first replace each sample's recorded log-probs with the trainer's own, in its own precision
+    (``rescore_samples``)."""
     import contextlib
 
     import torch
@@ -204,7 +207,25 @@ def _train_step(bf16: bool, *args: Any, **kwargs: Any) -> dict[str, Any]:
     from slime_ext.trainers.step import train_step
 
     with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
-        return train_step(*args, **kwargs)
+        if rescore:
+            rescore_samples(model, samples, kwargs.get("pad_id", 0))
+        return train_step(model, optimizer, samples, **kwargs)
+
+
+def rescore_samples(model: Any, samples: list[Sample], pad_id: int = 0) -> None:
+    """Set each sample's ``rollout_log_probs`` to the trainer's log-probs of its trained tokens (0 elsewhere),
+    before the step. The episodes were just played by these weights, so this is pi_old in the trainer's numerics:
+    the PPO ratio starts at exactly 1. Against the engine's bf16 recording instead, the ratio starts up to a few
+    hundredths off, and clipping it cuts positive and negative advantages unevenly."""
+    import torch
+
+    from slime_ext.trainers.step import collate, response_logprobs
+
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        for s in samples:
+            logp = response_logprobs(model, collate([s], pad_id).to(device))[0, : s.response_length].float()
+            s.rollout_log_probs = [float(x) if m else 0.0 for x, m in zip(logp.tolist(), s.loss_mask)]
 
 
 def _check_adapter(adapter: Path | None) -> None:
@@ -408,7 +429,7 @@ def train(settings: RunSettings, out_dir: Path, steps: int = 8, episodes: int = 
                    "masked_tokens": sum(len(s.loss_mask) - sum(s.loss_mask) for s in samples)}
             if not no_signal:
                 t1 = time.time()
-                metrics = await asyncio.to_thread(_train_step, bf16, model, opt, samples, baseline=base,
+                metrics = await asyncio.to_thread(_train_step, bf16, model, opt, samples, rescore=bf16, baseline=base,
                                                   pad_id=tok.pad_token_id or 0, micro_batch_size=micro_batch(samples),
                                                   loss_fn=loss_fn)
                 adapter = out_dir / f"v{step}"
