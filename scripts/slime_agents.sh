@@ -83,14 +83,9 @@ AGENT_SFT_HOOK=slime_ext.hooks.sft.generate_rollout            # the warm start'
 
 # ------------------------------------------------------------------------------------------------ settings
 
-agent_settings() {
-   AGENT_SETTING="${1:-}"
-   local default_max_turns="${2:-8}"
-   [[ $AGENT_SETTING =~ ^[a-z][a-z0-9_-]*$ ]] ||
-      openclaw_die "agent_settings: expected a setting name (terminal, toolcall, swe, gui), got '${AGENT_SETTING}'"
-   OPENCLAW_REPO_ROOT="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." &>/dev/null && pwd)"
-   export PYTHONUNBUFFERED=1 # keeps Ray from buffering stdout/stderr (as Slime's scripts do)
-
+# The trainer script (ASYNC), the model (SLIME_MODEL, HF_CKPT, REF_LOAD), Slime's checkout, the GPUs and the
+# nodes: the same for agent RL and its warm start.
+agent_model_and_nodes() {
    local async
    openclaw_flag async ASYNC "train_async.py; 0: train.py"
    AGENT_TRAIN_PY=train.py
@@ -100,10 +95,6 @@ agent_settings() {
    openclaw_find_slime "${AGENT_TRAIN_PY}" "${SLIME_MODEL}.sh"
    HF_CKPT="${HF_CKPT:-/root/Qwen3-8B}"
    REF_LOAD="${REF_LOAD:-${HF_CKPT%/}_torch_dist}"
-
-   # GPUs: no judge here, so half train and half serve rollouts (8 GPUs: 4 / 4); COLOCATE=1: both on all of
-   # them, in turn (Slime's --colocate offloads one while the other runs). NUM_NODES > 1: that many nodes of
-   # the same GPUs each, in a Ray cluster the user started (REUSE_RAY=1; this script starts one node's head).
    openclaw_detect_gpus
    NUM_NODES="${NUM_NODES:-1}"
    if ! openclaw_is_uint "$NUM_NODES" || ((NUM_NODES < 1)); then
@@ -111,6 +102,20 @@ agent_settings() {
    fi
    ((NUM_NODES == 1)) || [[ ${REUSE_RAY:-0} == 1 ]] || openclaw_is_dry_run ||
       openclaw_die "NUM_NODES=${NUM_NODES}: start a Ray cluster over the ${NUM_NODES} nodes first (ray start --head here, ray start --address on the others), then run this with REUSE_RAY=1 to submit to it"
+}
+
+agent_settings() {
+   AGENT_SETTING="${1:-}"
+   local default_max_turns="${2:-8}"
+   [[ $AGENT_SETTING =~ ^[a-z][a-z0-9_-]*$ ]] ||
+      openclaw_die "agent_settings: expected a setting name (terminal, toolcall, swe, gui), got '${AGENT_SETTING}'"
+   OPENCLAW_REPO_ROOT="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." &>/dev/null && pwd)"
+   export PYTHONUNBUFFERED=1 # keeps Ray from buffering stdout/stderr (as Slime's scripts do)
+
+   agent_model_and_nodes
+   # GPUs: no judge here, so half train and half serve rollouts (8 GPUs: 4 / 4); COLOCATE=1: both on all of
+   # them, in turn (Slime's --colocate offloads one while the other runs). NUM_NODES > 1: that many nodes of
+   # the same GPUs each, in a Ray cluster the user started (REUSE_RAY=1; this script starts one node's head).
    openclaw_flag OPENCLAW_COLOCATE COLOCATE "training and rollout share the GPUs in turn"
    if ((OPENCLAW_COLOCATE)); then
       ACTOR_GPUS="${ACTOR_GPUS:-$NUM_GPUS}"
@@ -453,25 +458,9 @@ agent_sft_settings() {
    OPENCLAW_REPO_ROOT="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." &>/dev/null && pwd)"
    export PYTHONUNBUFFERED=1
 
-   local async
    ASYNC="${ASYNC:-1}"
-   openclaw_flag async ASYNC "train_async.py; 0: train.py"
-   AGENT_TRAIN_PY=train.py
-   if ((async)); then AGENT_TRAIN_PY=train_async.py; fi
-   SLIME_MODEL="${SLIME_MODEL:-qwen3-8B}"
-   [[ $SLIME_MODEL =~ ^[A-Za-z0-9._-]+$ ]] || openclaw_die "SLIME_MODEL=${SLIME_MODEL}: expected a file name under Slime's scripts/models (without .sh)"
-   openclaw_find_slime "${AGENT_TRAIN_PY}" "${SLIME_MODEL}.sh"
-   HF_CKPT="${HF_CKPT:-/root/Qwen3-8B}"
-   REF_LOAD="${REF_LOAD:-${HF_CKPT%/}_torch_dist}"
-
+   agent_model_and_nodes
    # GPUs: nothing is sampled (--debug-train-only), so every GPU trains.
-   openclaw_detect_gpus
-   NUM_NODES="${NUM_NODES:-1}"
-   if ! openclaw_is_uint "$NUM_NODES" || ((NUM_NODES < 1)); then
-      openclaw_die "NUM_NODES=${NUM_NODES}: expected a whole number >= 1"
-   fi
-   ((NUM_NODES == 1)) || [[ ${REUSE_RAY:-0} == 1 ]] || openclaw_is_dry_run ||
-      openclaw_die "NUM_NODES=${NUM_NODES}: start a Ray cluster over the ${NUM_NODES} nodes first, then run this with REUSE_RAY=1 to submit to it"
    ACTOR_GPUS="${ACTOR_GPUS:-$NUM_GPUS}"
    if ! openclaw_is_uint "$ACTOR_GPUS" || ((ACTOR_GPUS < 1 || ACTOR_GPUS > NUM_GPUS)); then
       openclaw_die "ACTOR_GPUS=${ACTOR_GPUS}: expected 1 .. NUM_GPUS (${NUM_GPUS})"

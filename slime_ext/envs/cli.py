@@ -189,21 +189,13 @@ def cmd_env_eval(args: argparse.Namespace) -> int:
 def cmd_env_demos(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from transformers import AutoTokenizer
-
-    from slime_ext.chat.prompt import PromptRenderer
-    from slime_ext.envs.demos import demonstrations, write_demos
-    from slime_ext.models import resolve_model
+    from slime_ext.envs.recipe import RunSettings, write_demonstrations
 
     list_tasks(args.setting)
     sandbox_preamble(args)
-    tok = AutoTokenizer.from_pretrained(resolve_model(args.model, progress=lambda m: print(m, file=sys.stderr)))
-    samples, skipped = demonstrations(args.setting, tok, PromptRenderer(tok), max_turns=args.max_turns,
-                                      progress=lambda m: print(m, file=sys.stderr, flush=True))
-    write_demos(samples, Path(args.out))
-    print(f"wrote {len(samples)} {args.setting} demonstrations (train split; {len(skipped)} left out) to {args.out}",
-          file=sys.stderr)
-    return 0 if samples else 1
+    write_demonstrations(RunSettings(setting=args.setting, model=args.model, max_turns=args.max_turns),
+                         Path(args.out))
+    return 0
 
 
 def cmd_env_sft(args: argparse.Namespace) -> int:
@@ -336,10 +328,12 @@ def add_env_parser(subparsers) -> None:
     ev.add_argument("--repeat", type=int, default=1, help="play every task this many times [1]")
     ev.add_argument("--out", help="also write the JSON summary to this file")
     ev.set_defaults(fn=run_env_command, env_fn=cmd_env_eval)
-    tr = sub.add_parser("train", help="agent RL on this machine: episodes -> training step -> new adapter, repeated",
-                        description="Each step plays --episodes episodes on random train tasks, trains one Binary RL "
-                                    "step on the episode samples (observation tokens masked out), and swaps the new "
-                                    "LoRA adapter into the engine. Progress on stderr; metrics.jsonl and adapters "
+    tr = sub.add_parser("train", help="agent RL here: groups of episodes -> a step -> a checked adapter, repeated",
+                        description="Each step plays --episodes episodes on train tasks (--group-size episodes of "
+                                    "each), trains one policy step on them (GRPO advantages, constant groups dropped, "
+                                    "observation tokens masked out), swaps the new LoRA adapter into the engine and "
+                                    "keeps it only if the --check slice does not get worse. Progress on stderr; "
+                                    "metrics.jsonl, train.png, every step's adapter and the kept one (adapter/) "
                                     "under --out.")
     _add_run_arguments(tr)
     tr.add_argument("--out", required=True, help="output folder: metrics.jsonl and one adapter per step")

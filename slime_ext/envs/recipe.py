@@ -1,14 +1,23 @@
-"""Agent RL on one machine (the embedded backend): play episodes with the local engine, train a LoRA
-adapter on them, swap it into the engine, repeat. A readable top-to-bottom loop, like a torchtune recipe.
+"""Agents on one machine (the embedded backend): a warm start on scripted solutions, then RL from it, with
+held-out evaluation around both. A readable top-to-bottom loop, like a torchtune recipe.
 
-    evaluate(...)  the success rate of the served model on a split (no training)
-    train(...)     ``steps`` rounds of: ``episodes`` episodes on train tasks -> one Binary RL step on the
-                   episode samples (the outcome reward, minus the round's mean reward as the baseline when
-                   ``baseline="mean"``) -> the new adapter swapped into the engine as version ``step``
+    evaluate(...)  the success rate of the base model or an adapter on a split (``repeat`` episodes per task)
+    sft(...)       the warm start: the train split's demonstrations (``envs/demos.py``) -> ``steps`` optimizer
+                   steps of NLL on the agent's tokens -> ``out_dir/adapter``
+    train(...)     ``steps`` rounds of: ``episodes`` episodes on train tasks (``episodes / group_size`` tasks,
+                   each played ``group_size`` times) -> GRPO advantages, constant groups dropped -> one policy
+                   step (pi_old re-scored by the trainer first) -> the new adapter swapped into the engine, then
+                   kept only if the check slice (train tasks RL never samples, played greedily) does not drop by
+                   more than one task; ``init``: start from the warm start's adapter
 
 An episode *succeeds* when its reward is 1.0 (every check passed). Progress goes to stderr, one line per
-round; ``train`` writes ``metrics.jsonl`` and the adapter of every round under ``out_dir``.
-The same episodes and samples feed Slime through ``slime_generate.generate``; only the trainer differs.
+step; ``sft`` and ``train`` write ``metrics.jsonl``, a plot and their adapters under ``out_dir``. The same
+episodes and samples feed Slime through ``slime_ext.hooks.generate.generate``, and the same demonstrations
+its SFT through ``slime_ext.hooks.sft``; only the trainer differs.
+
+On a CPU with native bf16 ``sft`` and ``train`` run under bf16 autocast; elsewhere the trainer is float32. The
+engine serves at ``auto``, so its recorded log-probs are not the trainer's own (bf16, int4 or a GPU's
+kernels), so ``train`` re-scores each batch before its step (``rescore_samples``).
 
 A step-wise judge (``RunSettings.step_judge``: off, heuristic or openai; ``--step-judge`` of ``env eval`` /
 ``env train``) is built once per run and scores every step; the reward is then ``combine_rewards(outcome,
@@ -19,6 +28,7 @@ step scores, step_weight)``, success still means an outcome of 1.0, and the summ
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import json
 import random
@@ -81,10 +91,8 @@ class RunSettings:
         return DEFAULT_STEP_WEIGHT if self.judged else 0.0
 
 
-def _load(settings: RunSettings, exact_logprobs: bool = False):
-    """The model, tokenizer, renderer, engine and sampling of a run. ``exact_logprobs``: the engine records the
-    log-probs a float32 trainer computes (float32 on the CPU: ``train``'s PPO ratio is against them, with no
-    re-scoring unlike serve's trainer, and a CPU's bf16 puts them ~3e-2 away); a GPU serves bf16 either way."""
+def _load(settings: RunSettings):
+    """The model directory, tokenizer, renderer, engine (``--dtype auto``) and sampling of a run."""
     from transformers import AutoTokenizer
 
     from slime_ext.chat.prompt import PromptRenderer, stop_token_ids
@@ -92,11 +100,10 @@ def _load(settings: RunSettings, exact_logprobs: bool = False):
     from slime_ext.engines.local import LocalEngine
     from slime_ext.models import resolve_model
 
-    device = resolve_device(settings.device)  # a GPU that is not there is refused before a model is converted or loaded
+    resolve_device(settings.device)  # a GPU that is not there is refused before a model is converted or loaded
     model_dir = resolve_model(settings.model, progress=lambda m: print(m, file=sys.stderr))
     tok = AutoTokenizer.from_pretrained(model_dir)
-    dtype = "float32" if exact_logprobs and device.type == "cpu" else "auto"
-    engine = LocalEngine(model_dir, dtype=dtype, threads=settings.threads, device=settings.device)
+    engine = LocalEngine(model_dir, dtype="auto", threads=settings.threads, device=settings.device)
     sampling = SamplingParams(temperature=settings.temperature, max_new_tokens=settings.max_new_tokens,
                               stop_token_ids=stop_token_ids(tok))
     return model_dir, tok, PromptRenderer(tok), engine, sampling
@@ -187,8 +194,7 @@ def evaluate(settings: RunSettings, split: str = "heldout", limit: int | None = 
 
 def _bf16_training(device: Any) -> bool:
     """Whether the recipe trains under bf16 autocast: on a CPU with native bf16 (AVX-512 BF16 or AMX), where a
-    step is about 4x faster than float32 (15 s against 63 s for 8 tool-call demonstrations here); the engine then
-    serves at ``auto`` too, and the PPO ratio starts within ~3e-2 of 1 rather than at exactly 1. Elsewhere
+    step is about 4x faster than float32 (15 s against 63 s for 8 tool-call demonstrations here). Elsewhere
     (AVX2-only CPUs, GPUs) the trainer is float32."""
     from slime_ext.engines.local import resolve_dtype
 
@@ -215,8 +221,8 @@ def _train_step(bf16: bool, model: Any, optimizer: Any, samples: list[Sample], *
 def rescore_samples(model: Any, samples: list[Sample], pad_id: int = 0) -> None:
     """Set each sample's ``rollout_log_probs`` to the trainer's log-probs of its trained tokens (0 elsewhere),
     before the step. The episodes were just played by these weights, so this is pi_old in the trainer's numerics:
-    the PPO ratio starts at exactly 1. Against the engine's bf16 recording instead, the ratio starts up to a few
-    hundredths off, and clipping it cuts positive and negative advantages unevenly."""
+    the PPO ratio starts at exactly 1. Against the engine's recording instead (bf16 or int4 kernels), the ratio
+    starts up to a few hundredths off, and clipping it cuts positive and negative advantages unevenly."""
     import torch
 
     from slime_ext.trainers.step import collate, response_logprobs
@@ -254,6 +260,28 @@ def _trainable(model_dir: Path, device: Any, lora_rank: int, init: Path | None =
     return PeftModel.from_pretrained(base, init, is_trainable=True)
 
 
+def write_demonstrations(settings: RunSettings, path: Path) -> tuple[Path, Any, list[Sample]]:
+    """The train split's demonstrations in ``settings.model``'s chat template (``envs/demos.py``), written to
+    ``path`` (``env demos``, and the data of ``sft``): (model directory, tokenizer, samples). ValueError when no
+    script earned +1."""
+    from transformers import AutoTokenizer
+
+    from slime_ext.chat.prompt import PromptRenderer
+    from slime_ext.envs.demos import demonstrations, write_demos
+    from slime_ext.models import resolve_model
+
+    model_dir = resolve_model(settings.model, progress=lambda m: print(m, file=sys.stderr))
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    samples, skipped = demonstrations(settings.setting, tok, PromptRenderer(tok), max_turns=settings.max_turns,
+                                      progress=lambda m: print(m, file=sys.stderr, flush=True))
+    if not samples:
+        raise ValueError(f"no scripted solution of {settings.setting!r} earned +1; nothing to learn from")
+    write_demos(samples, path)
+    print(f"[{settings.setting}] {len(samples)} demonstrations of the train split ({len(skipped)} left out) in "
+          f"{path}", file=sys.stderr, flush=True)
+    return model_dir, tok, samples
+
+
 def sft(settings: RunSettings, out_dir: Path, steps: int = 12, lr: float = 5e-4, lora_rank: int = 16,
         batch_size: int = 8) -> list[dict[str, Any]]:
     """The warm start: the train split's scripted solutions, played through the environment (``envs/demos.py``,
@@ -262,27 +290,15 @@ def sft(settings: RunSettings, out_dir: Path, steps: int = 12, lr: float = 5e-4,
     adapter goes to ``out_dir/adapter`` (what ``env train --init`` and ``env eval --adapter`` take). One metrics
     dict per optimizer step (``metrics.jsonl``)."""
     import torch
-    from transformers import AutoTokenizer
 
     from slime_ext.algorithms import sft_loss
-    from slime_ext.chat.prompt import PromptRenderer
     from slime_ext.engines.device import resolve_device
-    from slime_ext.envs.demos import demonstrations, write_demos
-    from slime_ext.models import resolve_model
 
     if min(steps, lora_rank, batch_size) < 1:
         raise ValueError("steps, lora_rank and batch_size must be >= 1")
     device = resolve_device(settings.device)
-    model_dir = resolve_model(settings.model, progress=lambda m: print(m, file=sys.stderr))
-    tok = AutoTokenizer.from_pretrained(model_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    samples, skipped = demonstrations(settings.setting, tok, PromptRenderer(tok), max_turns=settings.max_turns,
-                                      progress=lambda m: print(m, file=sys.stderr, flush=True))
-    if not samples:
-        raise ValueError(f"no scripted solution of {settings.setting!r} earned +1; nothing to learn from")
-    write_demos(samples, out_dir / "demos.jsonl")
-    print(f"[{settings.setting}] {len(samples)} demonstrations ({len(skipped)} left out) in "
-          f"{out_dir / 'demos.jsonl'}", file=sys.stderr, flush=True)
+    model_dir, tok, samples = write_demonstrations(settings, out_dir / "demos.jsonl")
     if settings.threads:
         torch.set_num_threads(settings.threads)
     model = _trainable(model_dir, device, lora_rank)
@@ -386,7 +402,7 @@ def train(settings: RunSettings, out_dir: Path, steps: int = 8, episodes: int = 
     checked, tasks = check_slice(tasks, default_check(len(tasks)) if check is None else check)
     out_dir.mkdir(parents=True, exist_ok=True)
     bf16 = _bf16_training(resolve_device(settings.device))
-    model_dir, tok, renderer, engine, sampling = _load(settings, exact_logprobs=not bf16)
+    model_dir, tok, renderer, engine, sampling = _load(settings)
     judge = _make_judge(settings)  # once for the run: every round's episodes share it
     model = _trainable(model_dir, engine.device, lora_rank, init)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
@@ -405,7 +421,7 @@ def train(settings: RunSettings, out_dir: Path, steps: int = 8, episodes: int = 
         if start is None:  # a fresh adapter (B = 0: the base model), what a rejected first step goes back to
             start = out_dir / "v0"
             model.save_pretrained(start)
-        kept = {"path": start, "weights": _lora_state(model), "opt": _copy_state(opt.state_dict())}
+        kept = {"path": start, "weights": _lora_state(model), "opt": copy.deepcopy(opt.state_dict())}
         await engine.swap(start, 0)
         best = await check_success() if checked else None
         if checked:
@@ -429,7 +445,7 @@ def train(settings: RunSettings, out_dir: Path, steps: int = 8, episodes: int = 
                    "masked_tokens": sum(len(s.loss_mask) - sum(s.loss_mask) for s in samples)}
             if not no_signal:
                 t1 = time.time()
-                metrics = await asyncio.to_thread(_train_step, bf16, model, opt, samples, rescore=bf16, baseline=base,
+                metrics = await asyncio.to_thread(_train_step, bf16, model, opt, samples, rescore=True, baseline=base,
                                                   pad_id=tok.pad_token_id or 0, micro_batch_size=micro_batch(samples),
                                                   loss_fn=loss_fn)
                 adapter = out_dir / f"v{step}"
@@ -447,7 +463,7 @@ def train(settings: RunSettings, out_dir: Path, steps: int = 8, episodes: int = 
                         await engine.swap(kept["path"], step)
                     best = max(best, score)
                 if row["kept"]:
-                    kept = {"path": adapter, "weights": _lora_state(model), "opt": _copy_state(opt.state_dict())}
+                    kept = {"path": adapter, "weights": _lora_state(model), "opt": copy.deepcopy(opt.state_dict())}
             history.append(row)
             with open(out_dir / "metrics.jsonl", "a") as f:
                 f.write(json.dumps(row) + "\n")
@@ -472,12 +488,6 @@ def train(settings: RunSettings, out_dir: Path, steps: int = 8, episodes: int = 
 def _lora_state(model) -> dict[str, Any]:
     """A copy of the trainable (LoRA) weights."""
     return {k: v.detach().clone() for k, v in model.state_dict().items() if "lora_" in k}
-
-
-def _copy_state(state: Any) -> Any:
-    import copy
-
-    return copy.deepcopy(state)
 
 
 def _step_line(setting: str, row: dict[str, Any], steps: int) -> str:
