@@ -61,6 +61,10 @@ class ServeConfig(LearningConfig):
     threads: int = setting(0, "torch threads for the engine, and on the CPU for the trainer beside it (which computes "
                               "at idle priority, on the cores the engine leaves); 0: all cores", group=SERVING, shown="0",
                            drivers=EMBEDDED, slime=SGLANG_SERVES)
+    trainer_share: float = setting(0.25, "the share of the cores the trainer gets when continuous serving has left "
+                                         "it none for 10 s (the engine rests that fraction of its time until the "
+                                         "step is done); 0: the trainer only computes on cores serving leaves",
+                                   group=SERVING, drivers=EMBEDDED, slime=SGLANG_SERVES)
     max_batch_size: int = setting(32, "sequences decoded together", group=SERVING, drivers=EMBEDDED,
                                   slime=SGLANG_SERVES)
     prefix_cache_tokens: int = setting(32768, "prompt KV kept for reuse across requests, in tokens; 0: off",
@@ -168,7 +172,11 @@ class ServeConfig(LearningConfig):
         return self
 
     def _validate_engine(self) -> None:
-        """``engine: sglang`` needs its URL, and LoRA training (SGLang loads adapters, not whole weights)."""
+        """``engine: sglang`` needs its URL, and LoRA training (SGLang loads adapters, not whole weights); the
+        trainer's share of the cores is a fraction below 1 (at 1 the engine would rest forever)."""
+        if not 0.0 <= self.trainer_share < 1.0:
+            raise ValueError(f"trainer_share must be at least 0 and below 1 (a fraction of the cores), "
+                             f"got {self.trainer_share}")
         if self.engine == "sglang" and not self.sglang_url.startswith(("http://", "https://")):
             raise ValueError("engine sglang needs sglang_url, the SGLang server's http:// address (--sglang-url)")
         if self.engine == "sglang" and self.learns and self.lora_rank <= 0:

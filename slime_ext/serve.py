@@ -25,6 +25,7 @@ def build_server(cfg: ServeConfig, engine=None, tokenizer=None):
     from transformers import AutoTokenizer
 
     from slime_ext.api.server import ChatServer, ServerSettings
+    from slime_ext.engines.cores import CoreShare
     from slime_ext.engines.local import LocalEngine
     from slime_ext.models import resolve_model
     from slime_ext.sessions import SessionTracker
@@ -48,6 +49,7 @@ def build_server(cfg: ServeConfig, engine=None, tokenizer=None):
             model_dir, dtype=cfg.dtype, threads=engine_threads(cfg),
             max_batch_size=cfg.max_batch_size, context_length=cfg.context_length or None,
             prefix_cache_tokens=cfg.prefix_cache_tokens, device=str(device),
+            cores=CoreShare(cfg.trainer_share) if cfg.learns and device.type == "cpu" else None,
         )
     store = Store(cfg.resolved_run_dir())
     tracker = SessionTracker(
@@ -69,7 +71,7 @@ def build_server(cfg: ServeConfig, engine=None, tokenizer=None):
 
     judge_worker = build_judge_worker(cfg, store, engine, tokenizer)
     watcher = CheckpointWatcher(engine, cfg.resolved_run_dir()) if embedded else None
-    trainer = trainer_supervisor(cfg, device) if embedded and cfg.learns else None
+    trainer = trainer_supervisor(cfg, device, getattr(engine, "cores", None)) if embedded and cfg.learns else None
     return ChatServer(engine, tokenizer, store, tracker, settings, judge_worker=judge_worker, checkpoints=watcher,
                       trainer=trainer)
 
@@ -80,16 +82,17 @@ def engine_threads(cfg: ServeConfig) -> int:
     return cfg.threads or os.cpu_count() or 1
 
 
-def trainer_supervisor(cfg: ServeConfig, device):
+def trainer_supervisor(cfg: ServeConfig, device, cores=None):
     """The embedded trainer's supervisor (``trainers/process.py``), not started yet: on the CPU, on as many
-    threads as the engine (at idle priority); on a GPU, one CPU thread. ``device``: the resolved ``cfg.device``."""
+    threads as the engine (at idle priority); on a GPU, one CPU thread. ``device``: the resolved ``cfg.device``;
+    ``cores``: the engine's ``CoreShare`` (CPU), which the trainer tells when its work waits for cores."""
     from slime_ext.trainers.process import TrainerSupervisor, start_trainer_process
 
     run_dir = str(cfg.resolved_run_dir())
     trainer_config = cfg.trainer_config()
     threads = engine_threads(cfg) if device.type == "cpu" else 1
     return TrainerSupervisor(lambda: start_trainer_process(cfg.model, run_dir, trainer_config, device=cfg.device,
-                                                           threads=threads), run_dir)
+                                                           threads=threads, cores=cores), run_dir)
 
 
 def start_background(server: ChatServer) -> list[asyncio.Task]:

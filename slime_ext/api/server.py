@@ -148,6 +148,9 @@ class ChatServer:
                                "Times the trainer process was started again after it stopped")
             self.metrics.gauge("openclaw_trainer_failed_steps", lambda: trainer.status()["failed_steps"],
                                "Training steps that raised (their turns counted, set aside at the second)")
+        if getattr(engine, "cores", None) is not None:
+            self.metrics.gauge("openclaw_engine_rested_seconds", lambda: engine.stats["rested_s"],
+                               "Time the engine left the cores to a trainer that continuous serving had starved")
         if judge_worker is not None:
             self.metrics.gauge("openclaw_judge_failures", lambda: judge_worker.failures,
                                "Judgings of a turn that raised (retried; set aside at the third)")

@@ -7,7 +7,9 @@ One worker thread owns the model. Each loop iteration it
      iteration, each into its own KV cache (a long prompt's partial cache stays on its request
      across iterations); a request whose prompt is done gets its first token and its KV cache is
      merged into the running batch (left-padded),
-  4. runs ONE forward pass for all active sequences and samples one token for each.
+  4. runs ONE forward pass for all active sequences and samples one token for each,
+  5. rests for a share of that time when a trainer beside it has waited too long for a core
+     (``cores``: ``engines/cores.py``).
 So a long prompt is prefilled one chunk per iteration with a decode step of the running batch
 between chunks: running streams keep producing tokens. A swap that lands while a prompt is part
 prefilled restarts that prefill, so no sequence's KV mixes two sets of weights.
@@ -43,6 +45,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Sequence
 
 from slime_ext.engines.base import EngineError, SamplingParams, TokenOut
+from slime_ext.engines.cores import CoreShare
 from slime_ext.engines.decode import lean_decoder
 from slime_ext.engines.packed import PackedLinears, head_logits, pack_weight, packing_available
 from slime_ext.engines.prefix_cache import PrefixCache
@@ -116,6 +119,7 @@ class LocalEngine:
         attn_implementation: str = "sdpa",
         device: str = "cpu",
         pack_weights: bool = True,
+        cores: CoreShare | None = None,
     ) -> None:
         import torch
 
@@ -135,6 +139,7 @@ class LocalEngine:
         self.dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}[name]
         self.model_dir = Path(model_dir)
         self.max_batch_size = max_batch_size
+        self.cores = cores
         self.prefill_chunk = prefill_chunk
         self.prefix_cache = PrefixCache(prefix_cache_tokens) if prefix_cache_tokens > 0 else None
         self._version = 0
@@ -150,7 +155,8 @@ class LocalEngine:
         self._head_packed = None  # its packed bfloat16 weight (packed engines only), refreshed with it
         self._ids = itertools.count(1)
         self._stop = threading.Event()
-        self.stats = {"steps": 0, "tokens": 0, "prefill_tokens": 0, "prefilled_together": 0, "swaps": 0}
+        self.stats = {"steps": 0, "tokens": 0, "prefill_tokens": 0, "prefilled_together": 0, "swaps": 0,
+                      "rested_s": 0.0}  # rested_s: time left to a starved trainer (engines/cores.py)
         self._packed: PackedLinears | None = None  # the linear layers' oneDNN packings (CPU; engines/packed.py)
         self._lean = None
         loaded: list[BaseException | None] = []
@@ -281,14 +287,23 @@ class LocalEngine:
             while not self._stop.is_set():
                 try:
                     self._take_ops(block=not self._rows and not self._waiting)
+                    started = time.monotonic()
                     self._admit_waiting()
                     if self._rows:
                         self._decode_step()
+                    self._rest(time.monotonic() - started)
                 except Exception as exc:  # keep serving: fail what was in flight, reset the batch
                     log.exception("engine step failed")
                     for req in {id(r): r for r in self._rows + self._waiting}.values():  # one joining is in both
                         req.emit(exc)
                     self._rows, self._waiting, self._cache, self._mask = [], [], None, None
+
+    def _rest(self, step_s: float) -> None:
+        """Leave the cores to a starved trainer for its share of the time (``engines/cores.py``)."""
+        rest = self.cores.rest_after(step_s) if self.cores else 0.0
+        if rest > 0.0:
+            self.stats["rested_s"] += rest
+            self._stop.wait(rest)
 
     def _take_ops(self, block: bool) -> None:
         while True:

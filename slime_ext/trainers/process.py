@@ -11,7 +11,10 @@ off the serving process's GIL.
 lowest scheduling priority (``SCHED_IDLE``; ``nice 19`` where that is refused): a core the engine is
 decoding on is the engine's at once, and a core it leaves (between requests, while a user reads) is the
 trainer's. Serving keeps its speed while a step runs, and a step takes every core the engine is not using
-(docs/engine.md, "Serving while the trainer learns"). On a GPU it keeps one CPU thread at normal priority.
+(docs/engine.md, "Serving while the trainer learns"). Under continuous load that could be none for as long as
+the load lasts, so the trainer marks its work in the engine's ``CoreShare`` (``engines/cores.py``): after 10 s
+of waiting, the engine rests for ``--trainer-share`` of its time until the work is done. On a GPU the trainer
+keeps one CPU thread at normal priority.
 
 **Supervised.** The trainer writes what it is doing and its last error, traceback included, to
 ``RUN_DIR/trainer.json`` (``TrainerStatus``). A step that raises (``StepFailed``: an out-of-memory on a
@@ -26,6 +29,7 @@ once a trainer has run for a minute), which resumes from the latest checkpoint. 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import json
 import logging
@@ -36,6 +40,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+from slime_ext.engines.cores import CoreShare
 from slime_ext.trainers import checkpoints
 from slime_ext.trainers.canary import read_status as read_canary_status
 
@@ -75,10 +80,11 @@ def read_trainer_status(run_dir: str | Path) -> dict[str, Any]:
 
 
 def trainer_main(model: str, run_dir: str, config, poll_s: float = 0.25, threads: int = 1,
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", cores: CoreShare | None = None) -> None:
     """Entry point of the trainer process: resume, then train whenever a batch is ready (``config``: the
     ``TrainerConfig``). On a CUDA ``device`` the model lives there and the process's tensors are made there
-    (``torch.set_default_device``). An error is recorded in ``trainer.json`` and ends the process (module doc)."""
+    (``torch.set_default_device``). ``cores``: the engine's ``CoreShare``, told when this process's work waits
+    for cores (loading, each step). An error is recorded in ``trainer.json`` and ends the process (module doc)."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s trainer: %(message)s")
     from slime_ext.trainers.loop import StepFailed
@@ -93,9 +99,10 @@ def trainer_main(model: str, run_dir: str, config, poll_s: float = 0.25, threads
     status.update(state="starting", pid=os.getpid(), started_at=time.time())
     trainer = None
     try:
-        trainer, scalars = build_trainer(model, run_dir, config, threads, device)
+        with working(cores):
+            trainer, scalars = build_trainer(model, run_dir, config, threads, device)
         status.update(state="idle", version=trainer.version)
-        train_forever(trainer, scalars, status, poll_s)
+        train_forever(trainer, scalars, status, poll_s, cores)
     except StepFailed as e:
         aside = trainer.set_back(e.examples, str(e))
         log.error("the training step of %d turns failed%s; restarting", len(e.examples),
@@ -160,11 +167,12 @@ def build_trainer(model: str, run_dir: str, config, threads: int, device: str):
     return trainer, scalars
 
 
-def train_forever(trainer, scalars, status: TrainerStatus, poll_s: float) -> None:
+def train_forever(trainer, scalars, status: TrainerStatus, poll_s: float, cores: CoreShare | None = None) -> None:
     """Step whenever a batch is ready, until the server is gone (even by kill -9)."""
     parent = os.getppid()
     while os.getppid() == parent:
-        metrics = trainer.step()
+        with working(cores):
+            metrics = trainer.step()
         if metrics is None:
             time.sleep(poll_s)
             continue
@@ -173,6 +181,11 @@ def train_forever(trainer, scalars, status: TrainerStatus, poll_s: float) -> Non
                       last_step_at=time.time())
         if not metrics.get("refused"):  # a refusal is logged by the canary, as a WARNING
             log.info(step_line(metrics))
+
+
+def working(cores: CoreShare | None):
+    """``cores.working()``: the work inside waits for cores (``engines/cores.py``); nothing without a share."""
+    return cores.working() if cores is not None else contextlib.nullcontext()
 
 
 def make_canary(config, tokenizer, store, run_dir: str):
@@ -210,12 +223,14 @@ def backlog_note(m: dict[str, Any]) -> str:
     return note
 
 
-def start_trainer_process(model: str, run_dir: str, config, device: str = "cpu",
-                          threads: int = 1) -> multiprocessing.Process:
+def start_trainer_process(model: str, run_dir: str, config, device: str = "cpu", threads: int = 1,
+                          cores: CoreShare | None = None) -> multiprocessing.Process:
     """Start ``trainer_main`` in a fresh (spawned) process on ``device`` with ``threads`` torch threads; it dies
-    with the server. ``config`` (the ``TrainerConfig``) crosses the process boundary as it is (pickled)."""
+    with the server. ``config`` (the ``TrainerConfig``) crosses the process boundary as it is (pickled);
+    ``cores``, the engine's ``CoreShare``, as shared memory."""
     proc = multiprocessing.get_context("spawn").Process(
-        target=trainer_main, args=(model, run_dir, config), kwargs={"device": device, "threads": threads},
+        target=trainer_main, args=(model, run_dir, config),
+        kwargs={"device": device, "threads": threads, "cores": cores},
         name="openclaw-rl-trainer", daemon=True)
     proc.start()
     return proc
