@@ -20,7 +20,9 @@
 - **Who the user is** (``request_user``): a per-user key names its user; a request that did not
   authenticate with a per-user key cannot claim one of those names in its ``user`` field (403), so
   a shared key cannot reach a keyed user's sessions or feedback. A shared key without a ``user``
-  field is one identity (``key_identity``: a hash of the key, never the key).
+  field is one identity (``key_identity``: a hash of the key, never the key). On a server without
+  keys a sent token identifies no one (the ``openai`` SDK must send one, curl sends none): every
+  request that names no user is the one local user (``None``, shown as ``-``).
 - **What a request may see** (``Access``) of what the server reports (``/healthz``, ``/metrics``):
   without a key, on a server that has keys, liveness and figures that identify no one; per-user and
   filesystem details need a key, and a per-user key sees only its own user's.

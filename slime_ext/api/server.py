@@ -125,6 +125,8 @@ class ChatServer:
         self._origins = frozenset(normalize_origin(o) for o in settings.allowed_origins)
         self._hosts = frozenset(host_name(h) for h in settings.allowed_hosts)
         self._keyed_users = frozenset(settings.user_keys or ())  # names a `user` field may not claim without the key
+        # without keys a bearer token is whatever a client had to send (the openai SDK needs one): no identity
+        self._keys_identify = bool(settings.api_keys or settings.user_keys)
         self._check_host = is_loopback(settings.bound_host)
         self._lanes: dict[bool, ThreadPoolExecutor] = {}  # is the request big -> its render threads (_start_sweeper)
         self.metrics = Metrics()
@@ -393,9 +395,10 @@ class ChatServer:
     def _user(self, request: web.Request, named: str | None) -> str | None:
         """Whom a request acts for (a chat is recorded as, a memory call reads or edits): the user its per-user
         key names, else ``named`` (a chat's ``user`` field, the memory's ``user`` query parameter; never a keyed
-        user's name without that user's key: 403), else its key's identity (``policy.request_user``)."""
-        return request_user(request[ACCESS].user, named or None, key_identity(sent_key(request.headers)),
-                            self._keyed_users)
+        user's name without that user's key: 403), else its key's identity (``policy.request_user``). On a server
+        without keys, every caller that names no user is the one local user (None), whatever token it sends."""
+        sent = key_identity(sent_key(request.headers)) if self._keys_identify else None
+        return request_user(request[ACCESS].user, named or None, sent, self._keyed_users)
 
     async def memory_list(self, request: web.Request) -> web.Response:
         """``GET /v1/memory``: the caller's own preferences; ``applied`` marks what the memory serves them with."""
