@@ -41,7 +41,8 @@ class ServeConfig(LearningConfig):
     # per-user API keys {user name: key}: the --user-key NAME=KEY flag (cli.py), or user_keys: in YAML
     user_keys: dict[str, str] = setting(help="per-user API keys: {user name: key}", factory=dict, flag="",
                                         group=SERVING)
-    served_model_name: str = setting("", "model id reported by /v1/models", group=SERVING, shown="the --model value")
+    served_model_name: str = setting("", "model id reported by /v1/models (beside the alias policy) and in responses",
+                                     group=SERVING, shown="the --model value")
     dtype: str = setting("auto", "engine dtype: auto, bfloat16 or float32; auto: bfloat16 where it is native (a CPU "
                                  "with AVX-512 BF16 or AMX, packed: about 2x faster; CUDA), float32 elsewhere (one "
                                  "stream of a 4-bit checkpoint still reads its int4 weights); the "

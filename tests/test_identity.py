@@ -1,9 +1,12 @@
-"""Who a caller is (issue 32, "identity surprises"), through real clients against a ``--model tiny``
-server.
+"""Who a caller is, and which model answers (issue 32, "identity surprises"), through real clients
+against a ``--model tiny`` server.
 
 - Without keys (no ``--api-key``, no ``--user-key``) the README's curl example (no token) and its
   ``openai`` SDK example (a token it must send, e.g. "anything") are one person: one user, one
   preference memory. A ``user`` field still names a user; with keys, each key stays its own user.
+- ``policy`` (what the README sends) is listed by ``/v1/models`` beside the served model's name;
+  any name is answered by the served model, whose real name the response reports, and a name the
+  server does not list is warned about in the log once.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import time
 import urllib.request
 
 import anthropic
+import pytest
 from openai import OpenAI
 
 
@@ -73,3 +77,24 @@ def test_with_a_key_each_key_is_still_its_own_user(make_server):
             model="policy", max_tokens=2, messages=[{"role": "user", "content": f"Hello from {key}."}])
         users.add(turn(srv, r.id)[0])
     assert len(users) == 2 and "alice" in users and next(u for u in users if u != "alice").startswith("key:"), users
+
+
+def test_policy_is_listed_beside_the_served_name_and_any_name_is_answered_by_it(tiny_server):
+    sdk = OpenAI(base_url=tiny_server.url, api_key="anything", max_retries=0)
+    assert [m.id for m in sdk.models.list().data] == ["tiny", "policy"]
+    for name in ("policy", "tiny", "gpt-4o-unknown", "gpt-4o-unknown"):
+        r = sdk.chat.completions.create(model=name, max_tokens=2, messages=[{"role": "user", "content": "Hi."}])
+        assert r.model == "tiny", (name, r.model)  # the model that really answered
+    time.sleep(0.2)
+    warned = [line for line in tiny_server.log_tail(200_000).splitlines() if "gpt-4o-unknown" in line]
+    assert len(warned) == 1 and "'tiny'" in warned[0], warned  # once per name, naming the served model
+    assert not [line for line in tiny_server.log_tail(200_000).splitlines() if "'policy' are answered" in line]
+
+
+@pytest.mark.parametrize("name", ["policy", "claude-whatever"])
+def test_the_anthropic_and_responses_apis_report_the_served_model(tiny_server, name):
+    msg = anthropic.Anthropic(base_url=tiny_server.base, api_key="k", max_retries=0).messages.create(
+        model=name, max_tokens=2, messages=[{"role": "user", "content": "Hi."}])
+    resp = OpenAI(base_url=tiny_server.url, api_key="k", max_retries=0).responses.create(
+        model=name, max_output_tokens=2, input="Hi.")
+    assert msg.model == "tiny" and resp.model == "tiny"

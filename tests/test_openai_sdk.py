@@ -76,7 +76,7 @@ def check_tokens_decode_to_client_text(srv, texts):
 def test_tiny_sdk_stream_and_not_with_and_without_tools(tiny_server):
     r, text = check_sdk_roundtrip(tiny_server, "Say something.", 12)
     models = client(tiny_server).models.list()
-    assert [m.id for m in models.data] == ["tiny"]
+    assert [m.id for m in models.data] == ["tiny", "policy"]  # the served name first, then the alias the docs send
     check_tokens_decode_to_client_text(tiny_server, [text])
 
 

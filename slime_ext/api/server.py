@@ -74,6 +74,8 @@ log = logging.getLogger(__name__)
 PAGE_PATH = "/ui"  # what the agent learned, as a page (slime_ext/dashboard.py)
 MESSAGES_PATH = "/v1/messages"  # Anthropic's Messages API: its errors in Anthropic's shape too
 CUT_HEADER = "X-OpenClaw-RL-Prompt-Tokens-Cut"  # tokens of the system prompt cut to fit the context
+MODEL_ALIAS = "policy"  # the name the docs send: /v1/models lists it beside the served model's own
+UNKNOWN_MODELS_LOGGED = 32  # other model names are answered by the served model, each warned about once, this many
 # what the middlewares leave on a request (aiohttp's typed keys where it has them)
 _request_key = getattr(web, "RequestKey", lambda name, _type: name)
 CORS = _request_key("cors", bool)  # the request came from an allowed web origin: CORS headers go back
@@ -127,6 +129,8 @@ class ChatServer:
         self._keyed_users = frozenset(settings.user_keys or ())  # names a `user` field may not claim without the key
         # without keys a bearer token is whatever a client had to send (the openai SDK needs one): no identity
         self._keys_identify = bool(settings.api_keys or settings.user_keys)
+        self._model_ids = tuple(dict.fromkeys((settings.model_name, MODEL_ALIAS)))  # what /v1/models lists
+        self._unknown_models: set[str] = set()  # names already warned about (_note_model)
         self._check_host = is_loopback(settings.bound_host)
         self._lanes: dict[bool, ThreadPoolExecutor] = {}  # is the request big -> its render threads (_start_sweeper)
         self.metrics = Metrics()
@@ -285,9 +289,22 @@ class ChatServer:
 
     # ------------------------------------------------------------------ small endpoints
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response(
-            {"object": "list", "data": [{"id": self.settings.model_name, "object": "model", "created": 0, "owned_by": "openclaw-rl"}]}
-        )
+        """``GET /v1/models``: the served model's name and its alias ``policy``; a request naming either (or any
+        other name: ``_note_model``) is answered by that one model."""
+        return web.json_response({"object": "list", "data": [
+            {"id": name, "object": "model", "created": 0, "owned_by": "openclaw-rl"} for name in self._model_ids]})
+
+    def _note_model(self, name: str | None) -> None:
+        """A request naming a model this server does not list is still answered (a client sends the name it was
+        configured with, and should not break), by the served model, whose name the response reports; the log
+        says so once per name (for the first ``UNKNOWN_MODELS_LOGGED`` names: a client cannot grow the set)."""
+        if not name or name in self._model_ids or name in self._unknown_models:
+            return
+        if len(self._unknown_models) >= UNKNOWN_MODELS_LOGGED:
+            return
+        self._unknown_models.add(name)
+        log.warning("requests for model %r are answered by the served model %r (this server lists %s)", name[:200],
+                    self.settings.model_name, ", ".join(self._model_ids))
 
     async def healthz(self, request: web.Request) -> web.Response:
         """Liveness and figures. Who asks decides what is shown (``policy.Access``): without a key, on a server
@@ -478,6 +495,7 @@ class ChatServer:
         """A validated request made ready to run: its user's memory added, its prompt rendered (and cut to fit),
         its sampling settled and its session assigned."""
         user = self._user(request, req.user)
+        self._note_model(req.model)
         memory = await self._memory(request, user)
         wanted = min(req.max_tokens or self.settings.default_max_tokens, self.settings.max_tokens_cap)
         served = dataclasses.replace(req, messages=with_memory(req.messages, memory, self.settings.memory_placement))
