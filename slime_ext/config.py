@@ -32,8 +32,9 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 @flat_keys
 @dataclass
 class ServeConfig(LearningConfig):
-    model: str = setting("smollm2-135m", "built-in name (smollm2-135m, tiny), a local HF checkpoint directory or a .gguf file",
-                         group=SERVING)
+    model: str = setting("smollm2-135m", "built-in name (smollm2-135m, tiny), a local HF checkpoint directory, a "
+                                         ".gguf file, or a Hugging Face hub id (org/name[@revision]: from the HF "
+                                         "cache, downloaded when online)", group=SERVING)
     host: str = setting("127.0.0.1", "address to bind; 0.0.0.0 exposes it: set --api-key then", group=SERVING)
     port: int = setting(30000, "port", group=SERVING)
     run_dir: str = setting("", "where records go; reuse one to resume", group=SERVING, shown="runs/<timestamp>")
@@ -59,8 +60,10 @@ class ServeConfig(LearningConfig):
     sglang_url: str = setting("", "the SGLang server's address, e.g. http://127.0.0.1:30001 (with --engine sglang; "
                                   "its API key from $SGLANG_API_KEY)", group=SERVING, drivers=EMBEDDED,
                               slime=SGLANG_SERVES)
-    threads: int = setting(0, "torch threads for the engine, and on the CPU for the trainer beside it (which computes "
-                              "at idle priority, on the cores the engine leaves); 0: all cores", group=SERVING, shown="0",
+    threads: int = setting(0, "torch threads of the engine and, on the CPU, of the trainer beside it; 0: one per core "
+                              "(os.cpu_count()), learning on or off: the trainer computes at idle priority on the "
+                              "cores the engine leaves, and after 10 s without any the engine lends it "
+                              "--trainer-share of its time", group=SERVING, shown="0",
                            drivers=EMBEDDED, slime=SGLANG_SERVES)
     trainer_share: float = setting(0.25, "the share of the cores the trainer gets when continuous serving has left "
                                          "it none for 10 s (the engine rests that fraction of its time until the "

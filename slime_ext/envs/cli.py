@@ -235,7 +235,8 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     _add_setting_path(p)
     p.add_argument("--run-dir", help="where settings keep debugging artifacts: the gui setting saves a screenshot "
                                      "of every step under RUN_DIR/screenshots/ [none; env train: --out]")
-    p.add_argument("--model", default="smollm2-135m", help="built-in model name or checkpoint directory [smollm2-135m]")
+    p.add_argument("--model", default="smollm2-135m", help="built-in model name, checkpoint directory, .gguf file or "
+                                                        "Hugging Face hub id (org/name) [smollm2-135m]")
     p.add_argument("--max-turns", type=int, default=6, help="steps per episode [6]")
     p.add_argument("--max-new-tokens", type=int, default=128, help="tokens per model message [128]")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature [1.0]")
@@ -364,7 +365,8 @@ def add_env_parser(subparsers) -> None:
     de.add_argument("--setting", required=True, help=SETTING_HELP)
     _add_setting_path(de)
     de.add_argument("--model", default="smollm2-135m", help="whose tokenizer and chat template: a built-in model "
-                                                            "name or a checkpoint directory [smollm2-135m]")
+                                                            "name, a checkpoint directory, a .gguf file or a Hugging "
+                                                            "Face hub id (org/name) [smollm2-135m]")
     de.add_argument("--max-turns", type=int, default=6, help="steps per episode [6]")
     de.add_argument("--out", required=True, help="the JSONL file to write")
     _add_require_isolation(de)
