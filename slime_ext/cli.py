@@ -100,8 +100,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_records(args: argparse.Namespace) -> int:
     from slime_ext.store import export_records
 
+    run_dir = args.run_dir or newest_run_dir("records")
+    if run_dir is None:
+        return 2
     try:
-        data = export_records(args.run_dir)
+        data = export_records(run_dir)
     except FileNotFoundError as e:
         print(f"openclaw-rl records: {e}", file=sys.stderr)
         return 2
@@ -141,6 +144,22 @@ def cmd_records(args: argparse.Namespace) -> int:
         for p in prefs:
             print(f"  {preference_line(p)}")
     return 0
+
+
+def newest_run_dir(command: str) -> Path | None:
+    """The run directory a command without ``--run-dir`` reads: the newest under ``runs/`` (where ``serve`` makes
+    them) with turns, said on stderr; None, with the reason on stderr, when there is none."""
+    from slime_ext.config import RUNS_ROOT
+    from slime_ext.store import newest_run_with_turns
+
+    found = newest_run_with_turns(RUNS_ROOT)
+    if found is None:
+        print(f"openclaw-rl {command}: no run with turns under {RUNS_ROOT}/ (where serve records by default); "
+              "name one with --run-dir DIR", file=sys.stderr)
+        return None
+    print(f"openclaw-rl {command}: {found} (the newest run with turns under {RUNS_ROOT}/; --run-dir DIR for another)",
+          file=sys.stderr)
+    return found
 
 
 def preference_line(p: dict[str, Any]) -> str:
@@ -229,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_serve)
     p = sub.add_parser("records", help="print the sessions and turns of a run directory",
                        description="Print recorded sessions and turns with their decisions and reasons.")
-    p.add_argument("--run-dir", required=True, help="the run directory given to serve")
+    p.add_argument("--run-dir", help="the run directory given to serve [the newest with turns under runs/]")
     p.add_argument("--json", action="store_true", help="one JSON object: {sessions: [{id, user, turns: [...]}]}")
     p.set_defaults(fn=cmd_records)
     p = sub.add_parser("memory", help="list or delete users' preferences (what --memory on serves them with)",

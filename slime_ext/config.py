@@ -27,6 +27,7 @@ SGLANG_SERVES = "on Slime its SGLang engines serve (Slime's --sglang-* flags)"
 EPHEMERAL_MARKERS = ("<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>",)  # OpenClaw's own context blocks (docs/sessions.md)
 BUILTIN_JUDGES = ("heuristic", "self", "openai", "off")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+RUNS_ROOT = "runs"  # where a serve without --run-dir records (runs/<timestamp>), and records looks by default
 
 
 @flat_keys
@@ -143,7 +144,7 @@ class ServeConfig(LearningConfig):
         return TrainerConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(LearningConfig)})
 
     def resolved_run_dir(self) -> Path:
-        return Path(self.run_dir or os.path.join("runs", time.strftime("%Y%m%d-%H%M%S")))
+        return Path(self.run_dir or os.path.join(RUNS_ROOT, time.strftime("%Y%m%d-%H%M%S")))
 
     def api_keys(self) -> tuple[str, ...]:
         key = self.api_key or os.environ.get("OPENCLAW_RL_API_KEY") or os.environ.get("SGLANG_API_KEY") or ""

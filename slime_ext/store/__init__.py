@@ -610,6 +610,29 @@ def _preference(r: sqlite3.Row, follows: dict[str, bool]) -> dict[str, Any]:
             "standing": bool(r["standing"]), "times": r["times"], "created_at": r["created_at"], "last_at": r["last_at"]}
 
 
+def newest_run_with_turns(root: str | Path) -> Path | None:
+    """The run directory under ``root`` (its folders holding a ``records.sqlite``) whose latest turn is the most
+    recent, or None when none has a turn: where ``records`` (and ``chat``) look without ``--run-dir``. Read only; a
+    database that cannot be read (being made, not a run's) is passed over."""
+    newest: tuple[float, Path] | None = None
+    try:
+        runs = [d for d in Path(root).iterdir() if (d / DB_NAME).is_file()]
+    except OSError:  # no such folder
+        return None
+    for run in runs:
+        try:
+            conn = sqlite3.connect(f"{(run / DB_NAME).resolve().as_uri()}?mode=ro", uri=True, timeout=5)
+            try:
+                (last,) = conn.execute("SELECT MAX(created_at) FROM turns").fetchone()
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            continue
+        if last is not None and (newest is None or last > newest[0]):
+            newest = (last, run)
+    return newest[1] if newest else None
+
+
 def export_records(run_dir: str | Path) -> dict[str, Any]:
     """The ``records --json`` object. Later issues add keys; existing keys never change meaning."""
     path = Path(run_dir) / DB_NAME
