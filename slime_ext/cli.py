@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
 import os
@@ -236,11 +237,67 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+class CommandParser(argparse.ArgumentParser):
+    """``openclaw-rl``'s parsers, each subcommand's included: arguments a parser does not know are reported by
+    that parser, with the flags it knows that come close (``openclaw-rl serve: unknown flag --lora-rnk; did you
+    mean --lora-rank?``), not by the top-level parser with its usage; a wrong flag is reported before what it left
+    missing (``env list --settng X``: not "--setting is required"); and an error prints the usage only when it is
+    short (``serve``'s runs to 60 lines: the error would scroll away)."""
+
+    SHORT_USAGE_LINES = 8
+    _given: list[str] = []
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._given = list(sys.argv[1:] if args is None else args)
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:  # a subcommand's parser runs inside its parent's: the innermost one that was given them says it
+            self.exit(2, f"{self.prog}: {unknown_arguments(self, extras)}\n")
+        return parsed, extras
+
+    def error(self, message: str):
+        unknown = unknown_flags(self, self._given) if self._subparsers is None else []  # a parent's args hold its
+        if unknown:  # subcommand's flags
+            self.exit(2, f"{self.prog}: {unknown_arguments(self, unknown)}\n")
+        usage = self.format_usage()
+        shown = usage if usage.count("\n") <= self.SHORT_USAGE_LINES else f"({self.prog} --help lists its flags)\n"
+        self.exit(2, f"{shown}{self.prog}: error: {message}\n")
+
+
+def unknown_flags(parser: argparse.ArgumentParser, args: list[str]) -> list[str]:
+    """The flags in ``args`` that ``parser`` does not know (an unambiguous prefix of one it knows is known)."""
+    known = parser._option_string_actions  # argparse keeps them there; no public accessor
+    unknown = []
+    for a in args:
+        if a == "--":
+            break
+        name = a.split("=", 1)[0]
+        if (not a.startswith("-") or len(a) == 1 or parser._negative_number_matcher.match(a) or name in known
+                or (name.startswith("--") and any(k.startswith(name) for k in known))):
+            continue
+        unknown.append(a)
+    return unknown
+
+
+def unknown_arguments(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    """What is wrong with ``extras`` (arguments ``parser`` did not take), with close matches of each unknown flag."""
+    known = sorted(parser._option_string_actions)
+    flags = [a.split("=", 1)[0] for a in extras if a.startswith("-") and len(a) > 1]
+    if not flags:
+        return f"unexpected argument{'s' if len(extras) > 1 else ''} {' '.join(extras)} ({parser.prog} --help)"
+    said = []
+    for flag in flags:
+        score = {k: difflib.SequenceMatcher(None, flag, k).ratio() for k in difflib.get_close_matches(flag, known, n=3)}
+        close = [k for k in score if score[k] >= max(score.values()) - 0.1]  # the best, and any as good
+        said.append(f"unknown flag {flag}; " + (f"did you mean {' or '.join(close)}?" if close else
+                                                 f"{parser.prog} --help lists its flags"))
+    return "; ".join(said)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from slime_ext.models.gguf import GGUF_TYPES
     from slime_ext.trainers.export import FORMATS
 
-    parser = argparse.ArgumentParser(prog="openclaw-rl", description="Serve a self-hosted agent and learn from its conversations.")
+    parser = CommandParser(prog="openclaw-rl", description="Serve a self-hosted agent and learn from its conversations.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("serve", help="start the OpenAI-compatible server and record every conversation",
                        description="Start the OpenAI-compatible API (http://HOST:PORT/v1) and record every turn in RUN_DIR.")

@@ -30,6 +30,29 @@ def taken_port():
         yield s.getsockname()[1]
 
 
+# ---------------------------------------------------------------- flags
+@pytest.mark.parametrize("args, said", [
+    (["serve", "--lora-rnk", "8"], "openclaw-rl serve: unknown flag --lora-rnk; did you mean --lora-rank?"),
+    (["serve", "--batch-size=4", "--metod", "binary"], "openclaw-rl serve: unknown flag --metod; did you mean --method?"),
+    (["records", "--jsn"], "openclaw-rl records: unknown flag --jsn; did you mean --json?"),
+    (["export", "--run-dir", "r", "--format", "peft", "--out", "o", "--verison", "2"],
+     "openclaw-rl export: unknown flag --verison; did you mean --version?"),
+    (["env", "list", "--settng", "terminal"],  # named before the --setting it left missing
+     "openclaw-rl env list: unknown flag --settng; did you mean --setting?"),
+    (["memory", "list", "--run-dir", "r", "--usr", "x"], "openclaw-rl memory: unknown flag --usr; did you mean --user?"),
+])
+def test_an_unknown_flag_is_named_by_its_subcommand_with_close_matches(args, said):
+    """Was: the top-level usage and `openclaw-rl: error: unrecognized arguments: --lora-rnk 8`."""
+    r = cli(*args, timeout=60)
+    assert r.returncode == 2 and r.stderr.splitlines() == [said], r.stderr
+
+
+def test_an_error_of_serve_does_not_scroll_away_under_its_usage():
+    r = cli("serve", "--method", "binry", timeout=60)
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 2, r.stderr
+    assert "--help lists its flags" in r.stderr and "invalid choice: 'binry'" in r.stderr
+
+
 # ---------------------------------------------------------------- records finds the newest run
 def add_turn(run_dir: Path, text: str, at: float) -> None:
     from slime_ext.store import Store
