@@ -59,17 +59,17 @@ def secrets_on_command_line(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from slime_ext.logs import FORMAT
+
     cfg = serve_config(args)
-    logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=cfg.log_level.upper(), format=FORMAT)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    for warning in secrets_on_command_line(args):
-        logging.getLogger("openclaw_rl").warning(warning)
     # OpenMP's own wait policy (spin briefly at a barrier, then sleep): a passive one made every decode step wait
     # for its threads to wake, and one stream ran at half speed (docs/engine.md, "Threads"). The trainer beside the
     # engine sleeps at its barriers (trainers/process.py) and runs at idle priority, so it does not hold the cores.
     from slime_ext.serve import run_server
 
-    run_server(cfg)
+    run_server(cfg, warnings=secrets_on_command_line(args))  # logged in RUN_DIR/serve.log too
     return 0
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from slime_ext.config import ServeConfig
+from slime_ext.logs import LOG_FILE, log_to_file, quiet_libraries
 
 if TYPE_CHECKING:
     from slime_ext.api.server import ChatServer
@@ -91,8 +93,9 @@ def trainer_supervisor(cfg: ServeConfig, device, cores=None):
     run_dir = str(cfg.resolved_run_dir())
     trainer_config = cfg.trainer_config()
     threads = engine_threads(cfg) if device.type == "cpu" else 1
+    log_file = str(Path(run_dir) / LOG_FILE)  # the server's log: the trainer's lines go there too
     return TrainerSupervisor(lambda: start_trainer_process(cfg.model, run_dir, trainer_config, device=cfg.device,
-                                                           threads=threads, cores=cores), run_dir)
+                                                           threads=threads, cores=cores, log_file=log_file), run_dir)
 
 
 def start_background(server: ChatServer) -> list[asyncio.Task]:
@@ -172,15 +175,66 @@ def open_connection_cap(wanted: int) -> int:
     return cap
 
 
-def run_server(cfg: ServeConfig) -> None:
-    from aiohttp import web
+class RunDirStart:
+    """One start of ``serve`` in its run directory: the log goes to ``RUN_DIR/serve.log`` too while it runs
+    (``slime_ext/logs.py``), and a start that fails before the server listens (a model that does not load, a
+    plugin that fails, the port taken meanwhile, Ctrl-C while loading) removes the run directory again when it
+    made it, and the parent folders it made that are left empty: a failed start leaves nothing behind, and the
+    newest run in ``runs/`` is one that served. A directory that was there before is kept as it was, its
+    log included. Set ``listening`` once the server listens."""
 
-    from slime_ext.api.guard import install_log_limits
-    from slime_ext.api.policy import is_loopback
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.made = [p for p in (run_dir, *run_dir.parents) if not p.exists()]  # innermost first
+        self.listening = False
+        self._log: logging.Handler | None = None
+
+    def __enter__(self) -> RunDirStart:
+        self._log = log_to_file(self.run_dir / LOG_FILE)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._log is not None:
+            if isinstance(exc, Exception):  # the command prints it on stderr; the run's own log keeps it too
+                user_error = isinstance(exc, (ValueError, RuntimeError))  # said in one line (cli.py: main)
+                self._log.handle(logging.makeLogRecord({
+                    "name": log.name, "levelno": logging.ERROR, "levelname": "ERROR",
+                    "msg": f"serve stopped: {exc}" if user_error else f"serve stopped: {type(exc).__name__}: {exc}",
+                    "exc_info": None if user_error else (exc_type, exc, tb)}))
+            logging.getLogger().removeHandler(self._log)
+            self._log.close()
+        if exc_type is None or self.listening or not self.made:
+            return
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        for parent in self.made[1:]:
+            try:
+                parent.rmdir()  # only when empty: another start may have made a run beside this one meanwhile
+            except OSError:
+                break
+
+
+def run_server(cfg: ServeConfig, warnings: list[str] | tuple[str, ...] = ()) -> None:
+    """Serve until SIGINT or SIGTERM. The log goes to stderr and ``RUN_DIR/serve.log``, ``warnings`` first; the
+    port is checked before the model loads (``ListenError``: one line)."""
+    from slime_ext.api.guard import check_listen, install_log_limits
 
     install_log_limits()
     run_dir = cfg.resolved_run_dir()
     cfg.run_dir = str(run_dir)
+    with RunDirStart(run_dir) as start:
+        for warning in warnings:
+            log.warning(warning)
+        check_listen(cfg.host, cfg.port)  # a port in use is refused before the model loads
+        quiet_libraries()
+        serve(cfg, run_dir, start)
+
+
+def serve(cfg: ServeConfig, run_dir: Path, start: RunDirStart) -> None:
+    """Build the server on ``cfg`` and serve (``run_server``)."""
+    from aiohttp import web
+
+    from slime_ext.api.policy import is_loopback
+
     server = build_server(cfg)
     if not is_loopback(cfg.host) and not (server.settings.api_keys or cfg.user_keys):
         log.warning("binding %s without an API key: anyone who can reach this port can use the model", cfg.host)
@@ -189,13 +243,20 @@ def run_server(cfg: ServeConfig) -> None:
         if cfg.engine == "sglang":  # the SGLang server's context length and version, on this loop
             await server.engine.refresh()
         await server.checkpoints.check()  # after a restart, serve the latest trained version from the start
+        runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
+        await runner.setup()
+        try:  # listen before the trainer starts: a port taken meanwhile leaves no process to stop
+            listener = await server.guard.listen(runner.server, cfg.host, cfg.port)
+        except BaseException:
+            await runner.cleanup()
+            await server.engine.close()
+            server.store.close()  # before RunDirStart removes the directory
+            raise
+        start.listening = True
         if server.trainer is not None:
             server.trainer.start()
             log.info("training (%s) in process %d (batch %d, %s)", cfg.method, server.trainer.process.pid,
                      cfg.batch_size, f"LoRA rank {cfg.lora_rank}" if cfg.lora_rank else "full weights")
-        runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
-        await runner.setup()
-        listener = await server.guard.listen(runner.server, cfg.host, cfg.port)
         background = start_background(server)
         eng = server.engine
         where = (f"SGLang at {cfg.sglang_url}" if cfg.engine == "sglang" else

@@ -48,8 +48,9 @@ def test_unknown_yaml_setting_is_named(tmp_path):
 
 
 def test_unknown_model_is_a_clear_error(tmp_path):
-    r = cli("serve", "--model", str(tmp_path / "missing-model"), "--run-dir", str(tmp_path / "run"))
+    r = cli("serve", "--model", str(tmp_path / "missing-model"), "--run-dir", str(tmp_path / "run"), "--port", "0")
     assert r.returncode == 2 and "not a built-in model" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "run").exists()  # a failed start leaves nothing behind
 
 
 @pytest.mark.parametrize("flags, named", [
@@ -82,7 +83,8 @@ def test_setting_folders_run_serve_with_their_method(folder, method):
 ])
 def test_secret_on_the_command_line_is_warned_about_without_echoing_it(tmp_path, flags, named):
     """Any local user can read /proc/PID/cmdline: say so, point to the env var / YAML file, never print the key."""
-    r = cli("serve", "--model", str(tmp_path / "missing-model"), "--run-dir", str(tmp_path / "run"), *flags)
+    r = cli("serve", "--model", str(tmp_path / "missing-model"), "--run-dir", str(tmp_path / "run"), "--port", "0",
+            *flags)
     assert f"{named} on the command line is visible" in r.stderr and "YAML" in r.stderr, r.stderr
     assert "sekret" not in r.stderr + r.stdout
 
@@ -93,7 +95,7 @@ def test_secret_from_the_environment_or_yaml_gives_no_warning(tmp_path):
     cfg = tmp_path / "serve.yaml"
     cfg.write_text("user_keys: {alice: sekret-user-1234}\n")
     r = cli("serve", "--config", str(cfg), "--model", str(tmp_path / "missing-model"), "--run-dir", str(tmp_path / "run"),
-            env={**os.environ, "OPENCLAW_RL_API_KEY": "sekret-api-1234"})
+            "--port", "0", env={**os.environ, "OPENCLAW_RL_API_KEY": "sekret-api-1234"})
     assert r.returncode == 2 and "not a built-in model" in r.stderr
     assert "on the command line is visible" not in r.stderr and "sekret" not in r.stderr
 

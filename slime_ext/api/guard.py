@@ -33,6 +33,7 @@ logs one line (through ``aiohttp.server``'s rate limit, ``install_log_limits``).
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import re
 import socket
@@ -75,8 +76,13 @@ class ConnectionGuard:
     async def listen(self, server: web.Server, host: str, port: int, backlog: int = BACKLOG) -> Listener:
         """Listen on ``host:port`` with aiohttp's ``server`` (``AppRunner.server``) behind the guard."""
         loop = asyncio.get_running_loop()
-        infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        listener = Listener(bind_sockets(infos, backlog), loop,
+        try:  # the same one-line error as check_listen's before the model loaded (another process may have
+            # taken the port since)
+            infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+            socks = bind_sockets(infos, backlog)
+        except OSError as e:
+            raise ListenError(listen_error_text(host, port, e)) from None
+        listener = Listener(socks, loop,
                             lambda release: _Conn(self, ApiRequestHandler.adopt(server()), release),
                             limit=self.max_connections + ACCEPT_SLACK)
         if self._sweeper is None:
@@ -268,6 +274,39 @@ def bind_sockets(infos: list, backlog: int) -> list[socket.socket]:
             sock.close()
         raise
     return socks
+
+
+class ListenError(RuntimeError):
+    """The server cannot listen where it was told to; its text is one line that says what to do."""
+
+
+def listen_error_text(host: str, port: int, error: OSError) -> str:
+    """One line for a failed bind: which address, why, and what to do about it."""
+    where = f"port {port} on {host or 'all addresses'}"
+    if isinstance(error, socket.gaierror):
+        return f"cannot listen on {host!r}: not an address or a name this machine resolves ({error.strerror}); " \
+               "give --host an address of this machine, e.g. 127.0.0.1"
+    if error.errno == errno.EADDRINUSE:
+        return f"{where} is in use (another openclaw-rl serve, or another program, listens there): stop it, or " \
+               "choose a free port with --port N"
+    if error.errno == errno.EACCES:
+        return f"{where}: permission denied (ports below 1024 need privileges): choose another with --port N"
+    if error.errno == errno.EADDRNOTAVAIL:
+        return f"cannot listen on {host}: not an address of this machine; give --host one of its addresses, e.g. " \
+               "127.0.0.1"
+    return f"cannot listen on {where}: {error.strerror or error}"
+
+
+def check_listen(host: str, port: int) -> None:
+    """Raise ``ListenError`` unless ``host:port`` can be listened on now: bound as ``listen`` binds it, then
+    released at once, so a port in use is refused before the model loads, in one line. ``listen`` still
+    reports the same error should another process take the port in between."""
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        for sock in bind_sockets(infos, 1):
+            sock.close()
+    except OSError as e:
+        raise ListenError(listen_error_text(host, port, e)) from None
 
 
 class Listener:

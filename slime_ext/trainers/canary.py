@@ -227,8 +227,10 @@ def greedy(model, prompts: Sequence[list[int]], max_new_tokens: int, stop_ids: S
     width = max(len(p) for p in prompts)
     ids = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompts])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    # temperature / top_p / top_k: transformers' neutral values, stated: left unset they are the model's sampling
+    # ones (smollm2-135m: 0.2 / 0.9), which greedy decoding ignores, with a "generation flags are not valid" warning
     gen = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=list(stop_ids),
-                           pad_token_id=pad_id)
+                           pad_token_id=pad_id, temperature=1.0, top_p=1.0, top_k=50)
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=mask, generation_config=gen)[:, width:].tolist()
     stops = set(stop_ids)

@@ -80,10 +80,14 @@ def wrap_lora(model, config: TrainerConfig):
     """The model to train: a peft LoRA wrapper, or the model itself for full-weight training."""
     if config.lora_rank <= 0:
         return model
+    import warnings
+
     from peft import LoraConfig, get_peft_model
 
-    return get_peft_model(model, LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha,
-                                            target_modules=config.lora_targets, lora_dropout=0.0))
+    with warnings.catch_warnings():  # peft reads transformers' deprecated is_gradient_checkpointing (a FutureWarning)
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        return get_peft_model(model, LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha,
+                                                target_modules=config.lora_targets, lora_dropout=0.0))
 
 
 class InitialPolicy:

@@ -80,13 +80,20 @@ def read_trainer_status(run_dir: str | Path) -> dict[str, Any]:
 
 
 def trainer_main(model: str, run_dir: str, config, poll_s: float = 0.25, threads: int = 1,
-                 device: str = "cpu", cores: CoreShare | None = None) -> None:
+                 device: str = "cpu", cores: CoreShare | None = None, log_file: str | None = None) -> None:
     """Entry point of the trainer process: resume, then train whenever a batch is ready (``config``: the
     ``TrainerConfig``). On a CUDA ``device`` the model lives there and the process's tensors are made there
     (``torch.set_default_device``). ``cores``: the engine's ``CoreShare``, told when this process's work waits
-    for cores (loading, each step). An error is recorded in ``trainer.json`` and ends the process (module doc)."""
+    for cores (loading, each step). ``log_file``: the server's ``serve.log``, which the log goes to besides stderr.
+    An error is recorded in ``trainer.json`` and ends the process (module doc)."""
+    from slime_ext.logs import log_to_file, quiet_libraries
+
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s trainer: %(message)s")
+    fmt = "%(asctime)s %(levelname)s trainer: %(message)s"
+    logging.basicConfig(level=logging.INFO, format=fmt)
+    if log_file:
+        log_to_file(log_file, fmt)
+    quiet_libraries()
     from slime_ext.trainers.loop import StepFailed
 
     lock = open(Path(run_dir) / "trainer.lock", "w")
@@ -224,13 +231,13 @@ def backlog_note(m: dict[str, Any]) -> str:
 
 
 def start_trainer_process(model: str, run_dir: str, config, device: str = "cpu", threads: int = 1,
-                          cores: CoreShare | None = None) -> multiprocessing.Process:
+                          cores: CoreShare | None = None, log_file: str | None = None) -> multiprocessing.Process:
     """Start ``trainer_main`` in a fresh (spawned) process on ``device`` with ``threads`` torch threads; it dies
     with the server. ``config`` (the ``TrainerConfig``) crosses the process boundary as it is (pickled);
-    ``cores``, the engine's ``CoreShare``, as shared memory."""
+    ``cores``, the engine's ``CoreShare``, as shared memory; ``log_file``: where its log goes besides stderr."""
     proc = multiprocessing.get_context("spawn").Process(
         target=trainer_main, args=(model, run_dir, config),
-        kwargs={"device": device, "threads": threads, "cores": cores},
+        kwargs={"device": device, "threads": threads, "cores": cores, "log_file": log_file},
         name="openclaw-rl-trainer", daemon=True)
     proc.start()
     return proc
