@@ -239,3 +239,18 @@ def test_the_trainer_makes_its_lora_wrapper_without_a_future_warning():
         warnings.simplefilter("always")
         wrap_lora(model, TrainerConfig())
     assert [str(w.message) for w in caught if issubclass(w.category, FutureWarning)] == []
+
+
+# ---------------------------------------------------------------- /healthz stays short
+def test_healthz_counts_the_canary_facts_instead_of_listing_them(tmp_path):
+    from slime_ext.trainers.process import CheckpointWatcher
+
+    facts = [f"What is fact number {i}?" for i in range(44)]
+    entry = {"version": 1, "accepted": True, "reasons": [], "at": 1.0, "seconds": 2.5,
+             "before": {"nll": 1.2, "distinct2": 0.9}, "after": {"nll": 1.25, "distinct2": 0.9}}
+    (tmp_path / "canary.json").write_text(json.dumps({"checks": 1, "refused": 0, "first": {"nll": 1.2},
+                                                      "first_known": facts, "last": entry}))
+    shown = CheckpointWatcher(None, tmp_path).status()["canary"]
+    assert shown == {"checks": 1, "refused": 0, "first_recalled": 44,
+                     "last": {"version": 1, "accepted": True, "reasons": [], "at": 1.0, "seconds": 2.5}}
+    assert "first_known" in json.loads((tmp_path / "canary.json").read_text())  # the file keeps them

@@ -367,6 +367,19 @@ class Canary:
         tmp.replace(self.status_path)
 
 
+def brief(status: dict[str, Any]) -> dict[str, Any]:
+    """``canary.json`` short, for ``/healthz``: the counts, how many canary facts the first version recalled, and
+    the verdict of the last check and of the last refusal (version, accepted, reasons, when, how long). The
+    figures and which facts stay in the file."""
+    out = {k: status[k] for k in ("checks", "refused") if k in status}
+    if "first_known" in status:
+        out["first_recalled"] = len(status["first_known"])
+    for key in ("last", "last_refusal"):
+        if status.get(key):
+            out[key] = {k: v for k, v in status[key].items() if k not in ("before", "after")}
+    return out
+
+
 def read_status(run_dir: str | Path) -> dict[str, Any] | None:
     """What the trainer's canary recorded in ``run_dir`` (None before its first check)."""
     try:

@@ -42,6 +42,7 @@ from typing import Any, Callable
 
 from slime_ext.engines.cores import CoreShare
 from slime_ext.trainers import checkpoints
+from slime_ext.trainers.canary import brief as canary_brief
 from slime_ext.trainers.canary import read_status as read_canary_status
 
 log = logging.getLogger(__name__)
@@ -352,8 +353,10 @@ class CheckpointWatcher:
                 **({"canary": canary} if canary else {})}
 
     def canary(self) -> dict[str, Any]:
-        """What the trainer's canary recorded (``trainers/canary.py``): checks, refusals, the last of each."""
-        return read_canary_status(self.run_dir) or {}
+        """What the trainer's canary recorded (``trainers/canary.py``), short, as ``/healthz`` shows it: checks,
+        refusals, the last of each; the facts the first version recalled are counted (the list stays in
+        ``canary.json``)."""
+        return canary_brief(read_canary_status(self.run_dir) or {})
 
     async def run(self) -> None:
         while True:
