@@ -30,6 +30,7 @@ BENCHMARKS = {
     "agent_episodes": [],
     "gui_browser": [],
     "judge_eval": [],
+    "reply_length": [],
 }
 
 QUICK = {
@@ -44,6 +45,7 @@ QUICK = {
     "agent_episodes": ["--model", "tiny", "--limit", "4", "--max-turns", "2", "--max-new-tokens", "16"],
     "gui_browser": ["--starts", "3", "--rounds", "1", "--concurrency", "1"],
     "judge_eval": [],
+    "reply_length": ["--seeds", "0", "--max-tokens", "128"],
 }
 
 
