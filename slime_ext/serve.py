@@ -66,7 +66,7 @@ def build_server(cfg: ServeConfig, engine=None, tokenizer=None):
         body_timeout_s=cfg.body_timeout_s, keepalive_timeout_s=cfg.keepalive_timeout_s,
         max_connections=open_connection_cap(cfg.max_connections), context_overflow=cfg.context_overflow,
         memory=cfg.memory == "on", memory_placement=cfg.memory_placement,
-        memory_opening=cfg.memory_opening == "on",
+        memory_opening=cfg.memory_opening == "on", repetition_stop=cfg.repetition_stop == "on",
         sampling=served_sampling_defaults(cfg, model_dir or getattr(tokenizer, "name_or_path", None)),
     )
     from slime_ext.trainers.process import CheckpointWatcher

@@ -62,6 +62,7 @@ from slime_ext.chat.memory import HEADER as MEMORY_HEADER
 from slime_ext.chat.memory import MEMORY_TOKENS, fit_memory, opening, with_memory
 from slime_ext.chat.overflow import cuttable_text, fit_messages
 from slime_ext.chat.prompt import PromptRenderer, stop_token_ids
+from slime_ext.chat.repetition import RepetitionStop
 from slime_ext.chat.reply import ReplyParser
 from slime_ext.engines.base import EngineError, SamplingParams
 from slime_ext.models.generation import OPENAI_DEFAULTS, SamplingDefaults
@@ -105,6 +106,7 @@ class ServerSettings:
     memory: bool = False  # serve each user's requests with their standing preferences (chat/memory.py)
     memory_placement: str = "system"  # where (chat/memory.py: PLACEMENTS): system, user or hint
     memory_opening: bool = True  # an opening quoted in a standing preference is written as the answer's first tokens
+    repetition_stop: bool = True  # end a reply that has fallen into a loop (chat/repetition.py; client: length)
 
 
 class ChatServer:
@@ -663,6 +665,10 @@ class _Generation:
         self.parser = ReplyParser(stops=req.stop, tool_names={t["function"]["name"] for t in req.tools} if tools_on else set(),
                                   thinking=True if opened else None)
         self.hit_eos = False
+        # the repetition stop (chat/repetition.py): ends a reply that fell into a loop; not where the request asked
+        # for max_tokens whatever the model says (ignore_eos)
+        self.loop_stop = RepetitionStop() if server.settings.repetition_stop and not req.ignore_eos else None
+        self.looped = False  # the repetition stop ended the reply
         # Responses API: the conversation this answers, kept with its reply under the id (previous_response_id)
         self.kept_conversation: list[dict[str, Any]] | None = None
         # the memory's opening: the answer's first tokens, given, not sampled (a tool call or reasoning comes first
@@ -689,9 +695,11 @@ class _Generation:
                 self.versions.append(out.policy_version)
                 if out.token_id in self.sampling.stop_token_ids:
                     self.hit_eos = True
+                elif self.loop_stop is not None and self.loop_stop.feed(out.token_id):
+                    self.looped = True
                 for ev in self.parser.feed(decode(self.tokens, skip_special_tokens=True)):
                     yield ev
-                if self.parser.stopped:
+                if self.parser.stopped or self.looped:
                     break
         finally:
             await stream.aclose()
@@ -705,7 +713,14 @@ class _Generation:
             return "tool_calls"
         if self.parser.stopped or self.hit_eos:
             return "stop"
-        return "length"
+        return "length"  # at the token limit, or cut by the repetition stop (recorded as "repetition")
+
+    @property
+    def recorded_finish_reason(self) -> str:
+        """What the recorded turn says: the client's ``finish_reason``, but ``repetition`` where the repetition stop
+        ended the reply (the client sees ``length``: the reply was cut, and OpenAI's clients know no other word)."""
+        reason = self.finish_reason
+        return "repetition" if reason == "length" and self.looped else reason
 
     def usage(self) -> dict[str, int]:
         return {"prompt_tokens": len(self.prompt_ids), "completion_tokens": len(self.tokens),
@@ -759,7 +774,7 @@ class _Generation:
         except EngineError as e:
             self.s.tracker.demote(self.a)  # nothing was recorded: the previous main-line turn stays the latest
             raise ApiError(f"the engine failed: {e}", status=500, type="server_error", code="engine_error") from None
-        await self.record(self.finish_reason)
+        await self.record(self.recorded_finish_reason)
 
     async def complete(self) -> web.Response:
         await self._run_whole()
@@ -816,7 +831,7 @@ class _Generation:
             await resp.write(frames.error(ApiError(f"the engine failed: {e}", status=500, type="server_error",
                                                    code="engine_error")))
             return resp
-        await self.record(self.finish_reason)
+        await self.record(self.recorded_finish_reason)
         try:
             await resp.write(frames.end(self.finish_reason, self.parser.stop_found, len(self.tokens)))
             await resp.write_eof()

@@ -16,6 +16,9 @@ from typing import Any
 
 from slime_ext.types import JudgedTurn, Sample
 
+# a recorded turn cut before it ended: at the token limit, or by the repetition stop (chat/repetition.py)
+CUT = ("length", "repetition")
+
 Key = tuple[str, int]  # (session id, turn index): a turn's identity in the store
 
 
@@ -106,15 +109,15 @@ class Example:
     def sample(self) -> Sample:
         """The example as a Slime ``Sample``: the recorded tokens and log-probs, its verdict as the reward,
         the teacher's log-probs when a hint taught it (and the distillation kind's top-k when it has one), the
-        temperature it was sampled at, whether it was cut at the token limit (``status``), and a re-scored turn's
-        verdict weights (``verdict_weights``).
+        temperature it was sampled at, whether it was cut (``status``: at the token limit or by the repetition
+        stop), and a re-scored turn's verdict weights (``verdict_weights``).
         Tokens the memory gave (``forced``: its opening) carry no loss, with the memory or without it (the student,
         ``learning/memory.py``): they were not the policy's choice, and taught as an approved answer's tokens they broke
         smollm2's first token (answers opened "Россlа", "El Perú": docs/learning.md); the rest of the answer trains."""
         t = self.teaching
         return Sample(
             tokens=self.prompt_ids + self.response_ids, response_length=len(self.response_ids),
-            status=Sample.Status.TRUNCATED if self.finish_reason == "length" else Sample.Status.COMPLETED,
+            status=Sample.Status.TRUNCATED if self.finish_reason in CUT else Sample.Status.COMPLETED,
             loss_mask=[0] * self.forced + [1] * (len(self.response_ids) - self.forced),
             rollout_log_probs=list(self.rollout_logprobs),
             teacher_log_probs=list(t.logprobs) if self.hinted else None, reward=float(self.verdict),
