@@ -131,7 +131,7 @@ def cmd_records(args: argparse.Namespace) -> int:
             if t["next_state"] is not None:
                 print(f"      next state ({t['next_state_role']}): {t['next_state'][:70]!r}")
             if t["verdict"] is not None:
-                print(f"      verdict {t['verdict']:+d} from votes {t['votes']}")
+                print(f"      verdict {t['verdict']:+d} from {verdict_source(t)}{training_note(t)}")
             if t.get("hint"):
                 print(f"      hint: {t['hint'][:70]!r}")
             if t.get("teacher_check"):  # does the hinted teacher follow the hint (trainers/teachability.py)
@@ -154,6 +154,18 @@ def newest_run_dir(command: str) -> Path | None:
     from slime_ext.store import newest_run_with_turns
 
     found = newest_run_with_turns(RUNS_ROOT)
+def verdict_source(t: dict[str, Any]) -> str:
+    """Where a turn's verdict came from: the user's own feedback (POST /v1/feedback), or the judge's votes."""
+    return "the user's feedback" if t.get("feedback") else f"votes {t['votes']}"
+
+
+def training_note(t: dict[str, Any]) -> str:
+    """What became of a judged turn: trained in which version, or still waiting (a dropped one says so below)."""
+    if t.get("trained_in_version") is not None:
+        return f"; trained in v{t['trained_in_version']}"
+    return "" if t.get("dropped") else "; not trained on yet"
+
+
     if found is None:
         print(f"openclaw-rl {command}: no run with turns under {RUNS_ROOT}/ (where serve records by default); "
               "name one with --run-dir DIR", file=sys.stderr)

@@ -7,6 +7,7 @@ import logging
 import os
 import shutil
 import signal
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,6 +69,7 @@ def build_server(cfg: ServeConfig, engine=None, tokenizer=None):
         memory=cfg.memory == "on", memory_placement=cfg.memory_placement,
         memory_opening=cfg.memory_opening == "on", repetition_stop=cfg.repetition_stop == "on",
         sampling=served_sampling_defaults(cfg, model_dir or getattr(tokenizer, "name_or_path", None)),
+        batch_size=cfg.batch_size if cfg.learns else 0,
     )
     from slime_ext.trainers.process import CheckpointWatcher
 
@@ -283,15 +285,29 @@ def serve(cfg: ServeConfig, run_dir: Path, start: RunDirStart) -> None:
     asyncio.run(main())
 
 
-def status_text(server, counts: dict) -> str:
-    """The one-line summary of a running server: what is served, judged, trained and waiting."""
+def status_text(server, counts: dict, now: float | None = None) -> str:
+    """The one-line summary of a running server: what is served, judged, trained and waiting (out of the turns a
+    step needs), and what the trainer is doing."""
     verdict = counts["mean_verdict"]
     training = server.checkpoints.status() if server.checkpoints else {}
     step = f" | last step {training['step_s']:.1f}s" if "step_s" in training else ""
+    batch = server.settings.batch_size
     return (f"v{server.engine.policy_version} | {server.in_flight} in flight | {counts['turns']} turns | "
             f"judged {counts['judged_turns']}" + (f" (mean {verdict:+.2f})" if verdict is not None else "") +
-            f" | trained {counts['trained_turns']} | waiting {counts['waiting_to_train']} | "
-            f"dropped {counts['dropped_turns']}{step}")
+            f" | trained {counts['trained_turns']} | waiting {counts['waiting_to_train']}" + (f"/{batch}" if batch else "")
+            + f" | dropped {counts['dropped_turns']}{step}{trainer_text(server.trainer, now)}")
+
+
+def trainer_text(trainer, now: float | None = None) -> str:
+    """What the status line says of the trainer process when it is not simply waiting for turns."""
+    if trainer is None:
+        return ""
+    status = trainer.status()
+    if status["state"] == "training":
+        return (f" | training on {status['step_turns']} turns "
+                f"({(now or time.time()) - status['step_started_at']:.0f} s)")
+    return {"starting": " | trainer loading", "restarting": " | trainer restarting",
+            "failed": " | trainer failed (see /healthz)"}.get(status["state"], "")
 
 
 async def status_line(server, interval_s: float) -> None:

@@ -108,6 +108,7 @@ class ServerSettings:
     memory_opening: bool = True  # an opening quoted in a standing preference is written as the answer's first tokens
     repetition_stop: bool = True  # end a reply that has fallen into a loop (chat/repetition.py; client: length)
 
+    batch_size: int = 0  # judged turns a training step waits for (0: this server does not train)
 
 class ChatServer:
     """Holds the engine, tokenizer, store and session tracker, and serves the HTTP API."""

@@ -156,8 +156,9 @@ class OnlineTrainer:
         return int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
 
     # ------------------------------------------------------------------ one step
-    def step(self) -> dict[str, Any] | None:
-        """Train once if enough usable turns wait (module docstring); the step's metrics, or None."""
+    def step(self, started: Callable[[int], None] | None = None) -> dict[str, Any] | None:
+        """Train once if enough usable turns wait (module docstring); the step's metrics, or None. ``started`` is
+        told how many turns the step takes, once it has taken them (for what the server shows while it runs)."""
         cfg = self.config
         size = step_size(self.store.waiting_turn_versions(), cfg.method, self.version, cfg.batch_size,
                          cfg.max_staleness)
@@ -170,6 +171,8 @@ class OnlineTrainer:
         record(self.store, dropped, prepared)
         if not prepared.taken:
             return None
+        if started is not None:
+            started(len(prepared.taken))
         try:
             metrics = self.train(prepared, size.waiting)
         except Exception as e:
@@ -208,8 +211,10 @@ class OnlineTrainer:
         return metrics
 
     def turn_metrics(self, taken: list[Example], waiting: int) -> dict[str, Any]:
-        """The step's turns: how many, their tokens, mean verdict and staleness; turns that waited."""
+        """The step's turns: how many (corrected: verdict -1, approved: +1), their tokens, mean verdict and
+        staleness; turns that waited."""
         return dict(turns=len(taken), waiting=waiting, reward_mean=sum(ex.verdict for ex in taken) / len(taken),
+                    corrected_turns=sum(ex.verdict < 0 for ex in taken), approved_turns=sum(ex.verdict > 0 for ex in taken),
                     response_tokens=sum(len(ex.response_ids) for ex in taken),
                     **staleness_metrics([self.version - ex.policy_version for ex in taken], self.config.max_staleness))
 

@@ -178,9 +178,14 @@ def build_trainer(model: str, run_dir: str, config, threads: int, device: str):
 def train_forever(trainer, scalars, status: TrainerStatus, poll_s: float, cores: CoreShare | None = None) -> None:
     """Step whenever a batch is ready, until the server is gone (even by kill -9)."""
     parent = os.getppid()
+
+    def started(turns: int) -> None:  # what the server shows while the step runs (/healthz, the status line)
+        log.info("training version %d on %d turns", trainer.version + 1, turns)
+        status.update(state="training", step_turns=turns, step_started_at=time.time())
+
     while os.getppid() == parent:
         with working(cores):
-            metrics = trainer.step()
+            metrics = trainer.step(started)
         if metrics is None:
             time.sleep(poll_s)
             continue
@@ -299,7 +304,9 @@ class TrainerSupervisor:
         """What ``/healthz`` shows under ``training.trainer``: the process, its restarts and its last error."""
         written = read_trainer_status(self.run_dir)
         alive = self.process is not None and self.process.is_alive()
-        return {"state": written.get("state", "starting") if alive else self.state,
+        state = written.get("state", "starting") if alive else self.state
+        step = {"step_turns": written.get("step_turns"), "step_started_at": written.get("step_started_at")}
+        return {"state": state, **(step if state == "training" else {}),
                 "pid": self.process.pid if alive else None, "restarts": self.restarts, "last_exit_code": self.last_exit,
                 "failed_steps": written.get("failed_steps", 0), "steps": written.get("steps", 0),
                 "last_error": without_traceback(written.get("last_error"))}
@@ -307,6 +314,22 @@ class TrainerSupervisor:
     @property
     def up(self) -> bool:
         return self.process is not None and self.process.is_alive()
+
+
+def version_sentence(version: int, metrics: dict[str, Any]) -> str:
+    """A served version in one plain sentence: what it learned from and what the canary said (``metrics``: its
+    step's, as saved in its checkpoint; empty for a checkpoint that kept none)."""
+    if not metrics.get("turns"):
+        return f"now serving version {version}"
+    turns = int(metrics["turns"])
+    parts = [f"{int(metrics[k])} {word}" for k, word in (("corrected_turns", "corrected"),
+                                                        ("approved_turns", "approved")) if metrics.get(k)]
+    if metrics.get("hinted_turns"):
+        parts.append(f"{int(metrics['hinted_turns'])} with a hint")
+    learned = f"{turns} turn{'s' if turns != 1 else ''}" + (f" ({', '.join(parts)})" if parts else "")
+    canary = (f"the canary passed it (reference NLL {metrics['canary_nll_rise']:+.3f})" if "canary_nll_rise" in metrics
+              else "no canary checked it")
+    return f"now serving version {version}: it learned from {learned}; {canary}"
 
 
 class CheckpointWatcher:
@@ -323,6 +346,7 @@ class CheckpointWatcher:
         self.swaps = 0
         self.last_swap_s = 0.0
         self.last_step: dict[str, Any] = {}
+        self.summary = ""  # the served version in one plain sentence (version_sentence)
 
     async def check(self) -> bool:
         found = checkpoints.latest(self.run_dir)
@@ -340,14 +364,15 @@ class CheckpointWatcher:
         except (OSError, ValueError):
             self.last_step = {}
         pause = getattr(self.engine, "stats", {}).get("last_swap_pause_s", float("nan"))
-        log.info("serving policy version %d (swap took %.3f s, decoding paused %.4f s)", version, self.last_swap_s, pause)
+        self.summary = version_sentence(version, self.last_step)
+        log.info("%s (swap took %.3f s, decoding paused %.4f s)", self.summary, self.last_swap_s, pause)
         return True
 
     def status(self) -> dict[str, Any]:
         """What ``/healthz`` reports under ``training``."""
         step = self.last_step
         canary = self.canary()
-        return {"swaps": self.swaps, "swap_s": round(self.last_swap_s, 4),
+        return {"swaps": self.swaps, "swap_s": round(self.last_swap_s, 4), **({"served": self.summary} if self.summary else {}),
                 **{k: step[k] for k in ("step_s", "loss", "clip_fraction", "kl_rollout", "staleness_mean",
                                         "staleness_max", "reward_mean", "turns", "canary_s") if k in step},
                 **({"canary": canary} if canary else {})}
