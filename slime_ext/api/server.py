@@ -36,7 +36,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
 from slime_ext import dashboard
-from slime_ext.api import anthropic, responses
+from slime_ext.api import anthropic, feedback, responses
 from slime_ext.api.errors import ApiError
 from slime_ext.api.guard import ConnectionGuard
 from slime_ext.api.metrics import Metrics, label_value
@@ -65,6 +65,7 @@ from slime_ext.chat.prompt import PromptRenderer, stop_token_ids
 from slime_ext.chat.repetition import RepetitionStop
 from slime_ext.chat.reply import ReplyParser
 from slime_ext.engines.base import EngineError, SamplingParams
+from slime_ext.judge.worker import is_standing_preference
 from slime_ext.models.generation import OPENAI_DEFAULTS, SamplingDefaults
 from slime_ext.models.hub import is_hub_id
 from slime_ext.sessions import Assignment, SessionTracker, message_key
@@ -107,8 +108,8 @@ class ServerSettings:
     memory_placement: str = "system"  # where (chat/memory.py: PLACEMENTS): system, user or hint
     memory_opening: bool = True  # an opening quoted in a standing preference is written as the answer's first tokens
     repetition_stop: bool = True  # end a reply that has fallen into a loop (chat/repetition.py; client: length)
-
     batch_size: int = 0  # judged turns a training step waits for (0: this server does not train)
+
 
 class ChatServer:
     """Holds the engine, tokenizer, store and session tracker, and serves the HTTP API."""
@@ -182,6 +183,8 @@ class ChatServer:
         app.router.add_get(PAGE_PATH, self.ui)
         app.router.add_get("/v1/dashboard", self.dashboard)
         app.router.add_get("/metrics", self.prometheus)
+        app.router.add_post("/v1/feedback", self.feedback_post)
+        app.router.add_get("/v1/feedback/{response_id}", self.feedback_get)
         app.router.add_get("/v1/memory", self.memory_list)
         app.router.add_delete("/v1/memory", self.memory_clear)
         app.router.add_delete("/v1/memory/{id}", self.memory_forget)
@@ -457,6 +460,39 @@ class ChatServer:
         """The newest of ``hints`` whose memory block fits ``MEMORY_TOKENS`` (the oldest left out past it)."""
         count = lambda text: len(self.tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
         return fit_memory(hints, count, MEMORY_TOKENS)
+
+    # ------------------------------------------------------------------ explicit feedback
+    async def feedback_post(self, request: web.Request) -> web.Response:
+        """``POST /v1/feedback``: the caller's verdict (and hint) on one of their own replies (``api/feedback.py``)."""
+        _, body = await self._json_body(request)
+        response_id, verdict, hint = feedback.parse_feedback(body)
+        named = body.get("user")
+        if named is not None and not isinstance(named, str):
+            raise ApiError("user must be a string", param="user")
+        user = self._user(request, named)
+        standing = bool(hint) and is_standing_preference(hint, "user")
+        done = await self.store.run(feedback.record, self.store, response_id, user, verdict, hint, standing)
+        counts = await self.store.run(self.store.counts)
+        log.info("feedback %+d on turn %d of %s%s", verdict, done["turn"], done["session_id"],
+                 f", hint {hint!r}" if hint else "")
+        self.metrics.inc("openclaw_feedback_total", help="Explicit verdicts received (POST /v1/feedback)",
+                         verdict=str(verdict))
+        return web.json_response({"object": "feedback", "response_id": response_id, "verdict": verdict, "hint": hint,
+                                  "standing": standing, "session_id": done["session_id"], "turn": done["turn"],
+                                  "served_by_version": done["policy_version"],
+                                  "replaced_verdict": done["replaced_verdict"],
+                                  "waiting_to_train": counts["waiting_to_train"],
+                                  "batch_size": self.settings.batch_size})
+
+    async def feedback_get(self, request: web.Request) -> web.Response:
+        """``GET /v1/feedback/{response_id}``: what became of one of the caller's replies: its verdict and hint, from
+        the user or the judge, and whether it was trained on (another user's reply is a 404 like an unknown one)."""
+        response_id = request.match_info["response_id"]
+        found = await self.store.run(self.store.turn_feedback, response_id, self._user(request, request.query.get("user")))
+        if found is None:
+            raise ApiError(f"you have no reply {response_id[:80]!r}", status=404, param="response_id",
+                           code="response_not_found")
+        return web.json_response({"object": "feedback", "response_id": response_id, **found})
 
     # ------------------------------------------------------------------ chat completions
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:

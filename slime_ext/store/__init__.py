@@ -141,6 +141,7 @@ TURN_COLUMNS = {
     "refusals": "INTEGER",           # catch-up steps the canary refused with this turn in them (then smaller steps)
     "setback": "TEXT",               # the last of these, with its reason (records)
     "memory": "TEXT",                # the standing preferences the preference memory added to its prompt (JSON)
+    "feedback": "TEXT",              # the user's explicit feedback (POST /v1/feedback, JSON): it decides the verdict
 }
 
 
@@ -293,6 +294,9 @@ class Store:
         rows = [(session_id, idx, i, v, text, now, "reward") for i, (v, text) in enumerate(votes)]
         rows += [(session_id, idx, i, v, text, now, "hint") for i, (v, text) in enumerate(hint_votes or [])]
         with self._transaction():
+            if self._conn.execute("SELECT feedback IS NOT NULL FROM turns WHERE session_id=? AND idx=?",
+                                  (session_id, idx)).fetchone()[0]:
+                return  # the user said it themselves (record_feedback) while the judge was inferring it
             self._conn.executemany(
                 "INSERT INTO votes (session_id, turn_idx, vote_idx, value, text, at, kind) VALUES (?,?,?,?,?,?,?)", rows)
             self._conn.execute("UPDATE turns SET verdict=?, judged_at=?, hint=?, hint_judged_at=? WHERE session_id=? AND idx=?",
@@ -301,14 +305,60 @@ class Store:
             if kept and preference_key(kept):
                 self._add_preference(session_id, idx, kept, standing, now)
 
-    def _add_preference(self, session_id: str, idx: int, hint: str, standing: bool, now: float) -> None:
+    def record_feedback(self, request_id: str, user: str | None, verdict: int, hint: str | None,
+                        standing: bool = False) -> dict[str, Any]:
+        """The user's explicit verdict on one of their own turns (``POST /v1/feedback``), and its hint: stored as
+        the judge stores an inferred one (the turn's verdict, a vote, the hint as judged, a preference of the
+        user's), so the trainer takes it the same way; the judge never overrides it. Raises ``LookupError``
+        when ``user`` has no turn ``request_id`` (another user's included) and ``ValueError`` when the turn can no
+        longer learn from it (trained already, or set aside). Returns the turn's key, version and the verdict it
+        replaced."""
+        now = time.time()
+        with self._transaction():
+            row = self._conn.execute("SELECT session_id, idx, verdict, trained_in_version, dropped, policy_version "
+                                     "FROM turns WHERE request_id=? AND user IS ?", (request_id, user)).fetchone()
+            if row is None:
+                raise LookupError(request_id)
+            if row["trained_in_version"] is not None:
+                raise ValueError(f"it was trained on in version {row['trained_in_version']} already")
+            if row["dropped"] is not None:
+                raise ValueError(f"it was set aside: {row['dropped']}")
+            key = (row["session_id"], row["idx"])
+            explicit = {"verdict": verdict, "hint": hint, "at": now}
+            self._conn.execute(
+                "INSERT INTO votes (session_id, turn_idx, vote_idx, value, text, at, kind) VALUES "
+                "(?, ?, (SELECT COUNT(*) FROM votes WHERE session_id=? AND turn_idx=? AND kind='reward'), ?, ?, ?, "
+                "'reward')", (*key, *key, verdict, "explicit feedback (POST /v1/feedback)", now))
+            self._conn.execute("UPDATE turns SET verdict=?, judged_at=?, hint=?, hint_judged_at=?, feedback=? "
+                               "WHERE session_id=? AND idx=?", (verdict, now, hint, now, json.dumps(explicit), *key))
+            if hint and preference_key(hint):
+                self._add_preference(*key, hint.strip(), standing, now, by_user=True)
+        return {"session_id": key[0], "turn": key[1], "policy_version": row["policy_version"],
+                "replaced_verdict": row["verdict"]}
+
+    def turn_feedback(self, request_id: str, user: str | None) -> dict[str, Any] | None:
+        """What became of ``user``'s turn ``request_id`` (None when they have none): its verdict and hint, whether
+        the user gave them (``source``: user) or the judge inferred them (judge; null: not judged yet), and whether
+        it was trained on or set aside."""
+        with self._lock:
+            row = self._conn.execute("SELECT verdict, hint, feedback, trained_in_version, dropped, policy_version "
+                                     "FROM turns WHERE request_id=? AND user IS ?", (request_id, user)).fetchone()
+        if row is None:
+            return None
+        source = None if row["verdict"] is None else "user" if row["feedback"] else "judge"
+        return {"verdict": row["verdict"], "hint": row["hint"], "source": source, "served_by_version":
+                row["policy_version"], "trained_in_version": row["trained_in_version"], "dropped": row["dropped"]}
+
+    def _add_preference(self, session_id: str, idx: int, hint: str, standing: bool, now: float,
+                        by_user: bool = False) -> None:
         """Within a transaction: the turn's user's preference ``hint`` (a known one is refreshed, and
         stays standing once it was), then the user's least recently stated ones past the cap dropped. Only
-        what the user wrote makes a preference: a hint drawn from a tool result (a page, a file that says
-        "from now on ...") teaches its turn and is kept nowhere else."""
+        what the user wrote (the next state, or ``by_user``: their explicit feedback) makes a preference: a hint
+        drawn from a tool result (a page, a file that says "from now on ...") teaches its turn and is kept
+        nowhere else."""
         row = self._conn.execute("SELECT user, next_state_role FROM turns WHERE session_id=? AND idx=?",
                                  (session_id, idx)).fetchone()
-        if row is None or row["next_state_role"] != "user":
+        if row is None or not (by_user or row["next_state_role"] == "user"):
             return
         user = row["user"] or ""
         if standing:  # a standing preference replaces the user's older ones about the same thing (chat/memory.py)
@@ -681,6 +731,7 @@ def export_records(run_dir: str | Path) -> dict[str, Any]:
                         "verdict": t["verdict"],
                         "hint_votes": votes.get(("hint", s["id"], t["idx"]), []),
                         "hint": t["hint"],
+                        "feedback": json.loads(t["feedback"]) if t["feedback"] else None,  # POST /v1/feedback
                         "memory": json.loads(t["memory"]) if t["memory"] else None,
                         "teacher_logprobs": json.loads(t["teacher_logprobs"]) if t["teacher_logprobs"] else None,
                         "teacher_check": checks.get((s["id"], t["idx"])),
