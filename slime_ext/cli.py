@@ -254,7 +254,8 @@ class CommandParser(argparse.ArgumentParser):
     that parser, with the flags it knows that come close (``openclaw-rl serve: unknown flag --lora-rnk; did you
     mean --lora-rank?``), not by the top-level parser with its usage; a wrong flag is reported before what it left
     missing (``env list --settng X``: not "--setting is required"); and an error prints the usage only when it is
-    short (``serve``'s runs to 60 lines: the error would scroll away)."""
+    short (``serve``'s runs to 60 lines: the error would scroll away). A flag is taken only as spelled in full:
+    argparse's prefix matching made ``serve --lor 3`` a ``--lora-rank 3`` server."""
 
     SHORT_USAGE_LINES = 8
     _given: list[str] = []
@@ -265,6 +266,10 @@ class CommandParser(argparse.ArgumentParser):
         if extras:  # a subcommand's parser runs inside its parent's: the innermost one that was given them says it
             self.exit(2, f"{self.prog}: {unknown_arguments(self, extras)}\n")
         return parsed, extras
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         unknown = unknown_flags(self, self._given) if self._subparsers is None else []  # a parent's args hold its

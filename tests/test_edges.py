@@ -254,3 +254,10 @@ def test_healthz_counts_the_canary_facts_instead_of_listing_them(tmp_path):
     assert shown == {"checks": 1, "refused": 0, "first_recalled": 44,
                      "last": {"version": 1, "accepted": True, "reasons": [], "at": 1.0, "seconds": 2.5}}
     assert "first_known" in json.loads((tmp_path / "canary.json").read_text())  # the file keeps them
+
+
+def test_a_flag_is_taken_only_as_spelled_in_full():
+    """argparse's prefix matching made ``serve --lor 3`` a ``--lora-rank 3`` server on the default port."""
+    r = subprocess.run([sys.executable, "-m", "slime_ext.cli", "serve", "--lor", "3", "--model", "tiny"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "unknown flag --lor;" in r.stderr
