@@ -45,6 +45,23 @@ def test_trainer_json_says_training_and_on_how_many_turns_while_a_step_runs(tmp_
     assert TrainerStatus(tmp_path).fields["state"] == "idle"  # and not after
 
 
+def test_a_step_that_found_nothing_to_train_is_not_shown_as_training(tmp_path):
+    status = TrainerStatus(tmp_path)
+
+    class NothingUsable(OneStep):
+        def step(self, started):
+            if self.during is not None:
+                raise Stop
+            started(4)  # enough turns waited, but preparing them left none (e.g. every hint unfollowed)
+            self.during = dict(TrainerStatus(self.status.path.parent).fields)
+            return None
+
+    trainer = NothingUsable(status)
+    with pytest.raises(Stop):
+        train_forever(trainer, SimpleNamespace(write=lambda *a: None), status, poll_s=0)
+    assert trainer.during["state"] == "training" and TrainerStatus(tmp_path).fields["state"] == "idle"
+
+
 def test_the_status_line_says_what_a_step_needs_and_what_the_trainer_does(tmp_path):
     supervisor = TrainerSupervisor(lambda: None, tmp_path)
     supervisor.process = SimpleNamespace(is_alive=lambda: True, pid=123)

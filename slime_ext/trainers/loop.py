@@ -158,12 +158,15 @@ class OnlineTrainer:
     # ------------------------------------------------------------------ one step
     def step(self, started: Callable[[int], None] | None = None) -> dict[str, Any] | None:
         """Train once if enough usable turns wait (module docstring); the step's metrics, or None. ``started`` is
-        told how many turns the step takes, once it has taken them (for what the server shows while it runs)."""
+        told how many turns the step means to take once enough wait, before preparing them (the teacher's scoring
+        and checks are part of the step), for what the server shows while it runs."""
         cfg = self.config
         size = step_size(self.store.waiting_turn_versions(), cfg.method, self.version, cfg.batch_size,
                          cfg.max_staleness)
         rows = self.store.trainable_turns(size.size * 4)
         candidates, dropped = select([Example.from_row(r) for r in rows], cfg.method, self.version)
+        if started is not None and len(candidates) >= size.minimum:
+            started(min(len(candidates), size.size))
         try:
             prepared = self.pipeline.prepare(candidates, size.size, size.minimum, self.version)
         except Exception as e:  # not one turn's own preparation: the step's
@@ -171,8 +174,6 @@ class OnlineTrainer:
         record(self.store, dropped, prepared)
         if not prepared.taken:
             return None
-        if started is not None:
-            started(len(prepared.taken))
         try:
             metrics = self.train(prepared, size.waiting)
         except Exception as e:

@@ -186,7 +186,9 @@ def train_forever(trainer, scalars, status: TrainerStatus, poll_s: float, cores:
     while os.getppid() == parent:
         with working(cores):
             metrics = trainer.step(started)
-        if metrics is None:
+        if metrics is None:  # nothing trained (a step that started may have found no usable turn)
+            if status.fields.get("state") == "training":
+                status.update(state="idle")
             time.sleep(poll_s)
             continue
         scalars.write(metrics["version"], metrics)
