@@ -31,6 +31,7 @@ BENCHMARKS = {
     "gui_browser": [],
     "judge_eval": [],
     "reply_length": [],
+    "first_hour": [],
 }
 
 QUICK = {
@@ -46,6 +47,7 @@ QUICK = {
     "gui_browser": ["--starts", "3", "--rounds", "1", "--concurrency", "1"],
     "judge_eval": [],
     "reply_length": ["--seeds", "0", "--max-tokens", "128"],
+    "first_hour": ["--model", "tiny", "--wait-s", "60"],
 }
 
 

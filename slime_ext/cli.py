@@ -45,6 +45,7 @@ def serve_config(args: argparse.Namespace) -> ServeConfig:
     return ServeConfig.from_mapping(data, args.config or "command line")
 
 
+DEFAULT_CHAT_URL = f"http://{ServeConfig.host}:{ServeConfig.port}/v1"  # where `serve` listens by default
 SECRET_FLAGS = (("api_key", "--api-key", "$OPENCLAW_RL_API_KEY or 'api_key:'"),
                 ("user_key_pairs", "--user-key", "'user_keys:'"),
                 ("judge_key", "--judge-key", "$OPENCLAW_RL_JUDGE_KEY or 'judge_key:'"))
@@ -71,6 +72,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     run_server(cfg, warnings=secrets_on_command_line(args))  # logged in RUN_DIR/serve.log too
     return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from slime_ext.terminal_chat import run_chat
+
+    return run_chat(args.url, args.api_key, args.model, args.max_tokens)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -147,13 +154,6 @@ def cmd_records(args: argparse.Namespace) -> int:
     return 0
 
 
-def newest_run_dir(command: str) -> Path | None:
-    """The run directory a command without ``--run-dir`` reads: the newest under ``runs/`` (where ``serve`` makes
-    them) with turns, said on stderr; None, with the reason on stderr, when there is none."""
-    from slime_ext.config import RUNS_ROOT
-    from slime_ext.store import newest_run_with_turns
-
-    found = newest_run_with_turns(RUNS_ROOT)
 def verdict_source(t: dict[str, Any]) -> str:
     """Where a turn's verdict came from: the user's own feedback (POST /v1/feedback), or the judge's votes."""
     return "the user's feedback" if t.get("feedback") else f"votes {t['votes']}"
@@ -166,6 +166,13 @@ def training_note(t: dict[str, Any]) -> str:
     return "" if t.get("dropped") else "; not trained on yet"
 
 
+def newest_run_dir(command: str) -> Path | None:
+    """The run directory a command without ``--run-dir`` reads: the newest under ``runs/`` (where ``serve`` makes
+    them) with turns, said on stderr; None, with the reason on stderr, when there is none."""
+    from slime_ext.config import RUNS_ROOT
+    from slime_ext.store import newest_run_with_turns
+
+    found = newest_run_with_turns(RUNS_ROOT)
     if found is None:
         print(f"openclaw-rl {command}: no run with turns under {RUNS_ROOT}/ (where serve records by default); "
               "name one with --run-dir DIR", file=sys.stderr)
@@ -260,16 +267,16 @@ class CommandParser(argparse.ArgumentParser):
     SHORT_USAGE_LINES = 8
     _given: list[str] = []
 
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def parse_known_args(self, args=None, namespace=None):
         self._given = list(sys.argv[1:] if args is None else args)
         parsed, extras = super().parse_known_args(args, namespace)
         if extras:  # a subcommand's parser runs inside its parent's: the innermost one that was given them says it
             self.exit(2, f"{self.prog}: {unknown_arguments(self, extras)}\n")
         return parsed, extras
-
-    def __init__(self, *args, **kwargs) -> None:
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         unknown = unknown_flags(self, self._given) if self._subparsers is None else []  # a parent's args hold its
@@ -320,6 +327,17 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Start the OpenAI-compatible API (http://HOST:PORT/v1) and record every turn in RUN_DIR.")
     _add_serve_args(p)
     p.set_defaults(fn=cmd_serve)
+    p = sub.add_parser("chat", help="chat with a running server in the terminal, and tell it /good or /bad",
+                       description="A terminal chat with a running `openclaw-rl serve`: it keeps the conversation, "
+                                   "prints each reply as it streams and the version that served it, and takes /good, "
+                                   "/bad [what would have been better], /new, /memory, /help and /quit. /good and /bad "
+                                   "are explicit feedback on the last reply (POST /v1/feedback); a plain follow-up is "
+                                   "judged as feedback too.")
+    p.add_argument("--url", default=DEFAULT_CHAT_URL, help=f"the server's API base [{DEFAULT_CHAT_URL}]")
+    p.add_argument("--api-key", help="the server's key, if it has one [$OPENCLAW_RL_API_KEY]")
+    p.add_argument("--model", default="policy", help="the model name to send [policy]")
+    p.add_argument("--max-tokens", type=int, help="the longest reply, in tokens [the server's --default-max-tokens]")
+    p.set_defaults(fn=cmd_chat)
     p = sub.add_parser("records", help="print the sessions and turns of a run directory",
                        description="Print recorded sessions and turns with their decisions and reasons.")
     p.add_argument("--run-dir", help="the run directory given to serve [the newest with turns under runs/]")

@@ -1,10 +1,13 @@
-"""Run `openclaw-rl serve` as a subprocess and wait until it answers: for tests, benchmarks and
-experiment harnesses that drive the server the way a user does."""
+"""Run `openclaw-rl serve` as a subprocess and wait until it answers, and a command on a pseudo-terminal
+(``Terminal``: `openclaw-rl chat` as a person types into it): for tests, benchmarks and experiment harnesses that
+drive the program the way a user does."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import select
 import signal
 import socket
 import subprocess
@@ -151,3 +154,49 @@ async def sse_chunks(resp) -> Any:
             yield None
             return
         yield json.loads(payload)
+
+
+class Terminal:
+    """A command on a pseudo-terminal (Linux, macOS): type lines into it, wait for what it prints."""
+
+    def __init__(self, argv: list[str]) -> None:
+        import pty
+
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: the command, with the terminal as its stdin, stdout and stderr
+            os.execv(argv[0], argv)
+        self.seen = ""  # what it printed since the last match
+        self.transcript = ""  # everything it printed
+
+    def _read(self, wait_s: float) -> None:
+        if select.select([self.fd], [], [], wait_s)[0]:
+            try:
+                text = os.read(self.fd, 65536).decode("utf-8", "replace")
+            except OSError:  # the command exited and the terminal closed
+                return
+            self.seen, self.transcript = self.seen + text, self.transcript + text
+
+    def expect(self, pattern: str | re.Pattern, timeout: float = 120.0) -> re.Match:
+        """The first match of ``pattern`` (a literal string or a regex) in what it printed since the last one."""
+        regex = re.compile(re.escape(pattern)) if isinstance(pattern, str) else pattern
+        deadline = time.time() + timeout
+        while (found := regex.search(self.seen)) is None:
+            if time.time() > deadline:
+                raise AssertionError(f"waited {timeout} s for {regex.pattern!r}; the terminal shows:\n{self.seen}")
+            self._read(0.5)
+        self.seen = self.seen[found.end():]
+        return found
+
+    def type(self, line: str) -> None:
+        os.write(self.fd, (line + "\n").encode())
+
+    def exit_code(self, timeout: float = 30.0) -> int:
+        """Wait for the command to exit; its exit code."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self._read(0)
+                return os.waitstatus_to_exitcode(status)
+            self._read(0.2)
+        raise AssertionError(f"the command did not exit in {timeout} s; it shows:\n{self.seen}")
