@@ -70,8 +70,8 @@ async def run(args) -> dict:
             turn = reply(term, message)
             started = time.perf_counter()
             term.type(rating)
-            turn.update(rating=rating, rating_s=time.perf_counter() - started,
-                        rating_shown=term.expect("you> ", timeout=60).string.strip()[-300:])
+            shown = term.expect("you> ", timeout=60).string.strip()[-300:]
+            turn.update(rating=rating, rating_s=time.perf_counter() - started, rating_shown=shown)
             turns.append(turn)
             print(f"  {message!r}: reply {turn['reply_s']:.1f} s; {rating}", file=sys.stderr)
         rated_at, after = time.perf_counter(), []
