@@ -8,26 +8,18 @@ train: a -1 with a hint reaches the trainer as a hinted turn.
 from __future__ import annotations
 
 import csv
-import json
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 
 from openai import OpenAI
+from test_dashboard import call
 from test_learning_e2e import wait
 
 KEYS = ["--user-key", "alice=ak", "--user-key", "bob=bk"]
 
 
-def post(srv, path, body, key=None):
-    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
-    req = urllib.request.Request(srv.base + path, data=json.dumps(body).encode(), headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+def post(srv, path, body, key="anything"):  # a server without keys takes any token, as the one local user
+    return call(srv, "POST", path, key, body)
 
 
 def turn_of(srv, response_id):
@@ -58,22 +50,14 @@ def test_explicit_feedback_is_the_turns_verdict_and_hint_and_the_judge_does_not_
     assert turn["feedback"]["verdict"] == -1 and turn["feedback"]["hint"] == turn["hint"]
     assert turn_of(srv, second.id)["verdict"] == 1
     # the hint is alice's standing preference now
-    memory = json.loads(urllib.request.urlopen(urllib.request.Request(
-        srv.base + "/v1/memory", headers={"Authorization": "Bearer ak"}), timeout=30).read())
+    memory = call(srv, "GET", "/v1/memory", "ak")[1]
     assert [(p["hint"], p["standing"]) for p in memory["data"]] == [("From now on, answer in one short sentence.",
                                                                       True)]
 
-    # what became of each reply, as its user can ask
-    with urllib.request.urlopen(urllib.request.Request(srv.base + f"/v1/feedback/{reply.id}",
-                                                       headers={"Authorization": "Bearer ak"}), timeout=30) as r:
-        seen = json.loads(r.read())
-    assert (seen["verdict"], seen["source"], seen["trained_in_version"]) == (-1, "user", None)
-    try:
-        urllib.request.urlopen(urllib.request.Request(srv.base + f"/v1/feedback/{reply.id}",
-                                                      headers={"Authorization": "Bearer bk"}), timeout=30)
-        raise AssertionError("bob read alice's reply")
-    except urllib.error.HTTPError as e:
-        assert e.code == 404
+    # what became of each reply, as its user can ask (and no one else)
+    status, seen = call(srv, "GET", f"/v1/feedback/{reply.id}", "ak")
+    assert (status, seen["verdict"], seen["source"], seen["trained_in_version"]) == (200, -1, "user", None)
+    assert call(srv, "GET", f"/v1/feedback/{reply.id}", "bk")[0] == 404
     # another user's reply is not found, like an unknown one; bad fields are named
     assert post(srv, "/v1/feedback", {"response_id": reply.id, "verdict": "good"}, "bk")[0] == 404
     status, out = post(srv, "/v1/feedback", {"response_id": "chatcmpl-nope", "verdict": "good"}, "ak")
