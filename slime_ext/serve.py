@@ -69,7 +69,7 @@ def build_server(cfg: ServeConfig, engine=None, tokenizer=None):
         memory=cfg.memory == "on", memory_placement=cfg.memory_placement,
         memory_opening=cfg.memory_opening == "on", repetition_stop=cfg.repetition_stop == "on",
         sampling=served_sampling_defaults(cfg, model_dir or getattr(tokenizer, "name_or_path", None)),
-        batch_size=cfg.batch_size if cfg.learns else 0,
+        learns=cfg.learns, batch_size=cfg.batch_size if embedded and cfg.learns else 0,
     )
     from slime_ext.trainers.process import CheckpointWatcher
 

@@ -107,6 +107,7 @@ class Chat:
     last_id: str | None = None
     rated: set[str] = field(default_factory=set)  # replies the person rated with /good or /bad
     version: int | None = None
+    learns: bool = False  # the server trains on judged turns (its /healthz says)
 
     def say(self, text: str = "", end: str = "\n") -> None:
         self.out.write(text + end)
@@ -115,8 +116,8 @@ class Chat:
     def start(self) -> None:
         health = self.client.get("/healthz")
         self.version = health.get("policy_version")
-        training = health.get("training")
-        learning = "it learns from your feedback" if training is not None else "it records, it does not train"
+        self.learns = bool(health.get("learns"))
+        learning = "it learns from your feedback" if self.learns else "it records, it does not train"
         self.say(f"connected to {health.get('model')} at {self.client.url}: serving version {self.version}; {learning}")
         self.say(HELP)
 
@@ -191,6 +192,7 @@ class Chat:
         said = f"{'+1' if out['verdict'] > 0 else '-1'}" + (f" with the hint {out['hint']!r}" if out.get("hint") else "")
         batch = out.get("batch_size") or 0
         waits = (f"; {out['waiting_to_train']}/{batch} turns wait for the next training step" if batch
+                 else "; the trainer takes it with its next batch" if self.learns
                  else "; this server records it but does not train")
         standing = "; kept as a standing preference" if out.get("standing") else ""
         self.say(f"  recorded {said} for the reply served by version {out['served_by_version']}{standing}{waits}")

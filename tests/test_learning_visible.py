@@ -86,3 +86,23 @@ def test_a_served_version_in_one_plain_sentence():
     assert version_sentence(1, {"turns": 1, "approved_turns": 1}) == \
         "now serving version 1: it learned from 1 turn (1 approved); no canary checked it"
     assert version_sentence(2, {}) == "now serving version 2"
+
+
+def test_on_slime_the_server_says_it_learns_but_names_no_batch_of_its_own(tmp_path):
+    """Inside Slime, build_server gets SGLang's engine and Slime's trainer takes the judged turns in Slime's
+    batches: /healthz says the server learns, and neither /v1/feedback nor the status line names our
+    --batch-size (it is not the batch that trains)."""
+    from transformers import AutoTokenizer
+
+    from slime_ext.config import ServeConfig
+    from slime_ext.models import resolve_model
+    from slime_ext.serve import build_server
+
+    cfg = ServeConfig(model="ignored-on-slime", method="binary", batch_size=4, run_dir=str(tmp_path / "run"))
+    server = build_server(cfg, engine=SimpleNamespace(policy_version=0),
+                          tokenizer=AutoTokenizer.from_pretrained(str(resolve_model("tiny"))))
+    try:
+        assert server.settings.learns and server.settings.batch_size == 0 and server.trainer is None
+        assert "waiting 2 |" in status_text(server, COUNTS)
+    finally:
+        server.store.close()

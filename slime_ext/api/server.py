@@ -108,7 +108,8 @@ class ServerSettings:
     memory_placement: str = "system"  # where (chat/memory.py: PLACEMENTS): system, user or hint
     memory_opening: bool = True  # an opening quoted in a standing preference is written as the answer's first tokens
     repetition_stop: bool = True  # end a reply that has fallen into a loop (chat/repetition.py; client: length)
-    batch_size: int = 0  # judged turns a training step waits for (0: this server does not train)
+    learns: bool = False  # judged turns are trained on (here, or by Slime's trainer)
+    batch_size: int = 0  # judged turns our trainer's step waits for (0: no trainer of ours: none, or Slime's)
 
 
 class ChatServer:
@@ -326,6 +327,7 @@ class ChatServer:
             "model": self.settings.model_name if access.details else _public_model_name(self.settings.model_name),
             "dtype": str(getattr(self.engine, "dtype", "")).removeprefix("torch.") or None,
             "policy_version": self.engine.policy_version,
+            "learns": self.settings.learns,
             "sampling_defaults": {"temperature": self.settings.sampling.temperature, "top_p": self.settings.sampling.top_p,
                                   **({"source": self.settings.sampling.source} if access.details else {})},
             "requests_in_flight": self.in_flight,
