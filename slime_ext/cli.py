@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from slime_ext.config import JUDGING, SERVING, ServeConfig, load_yaml
+from slime_ext.config import JUDGING, MODEL_ALIAS, SERVING, ServeConfig, load_yaml
 from slime_ext.learning.settings import DISTILLATION, LEARNING
 from slime_ext.settings import add_arguments, given_on_command_line
 
@@ -288,15 +288,14 @@ class CommandParser(argparse.ArgumentParser):
 
 
 def unknown_flags(parser: argparse.ArgumentParser, args: list[str]) -> list[str]:
-    """The flags in ``args`` that ``parser`` does not know (an unambiguous prefix of one it knows is known)."""
+    """The flags in ``args`` that ``parser`` does not know (a prefix of one it knows is not one: no abbreviations)."""
     known = parser._option_string_actions  # argparse keeps them there; no public accessor
     unknown = []
     for a in args:
         if a == "--":
             break
         name = a.split("=", 1)[0]
-        if (not a.startswith("-") or len(a) == 1 or parser._negative_number_matcher.match(a) or name in known
-                or (name.startswith("--") and any(k.startswith(name) for k in known))):
+        if not a.startswith("-") or len(a) == 1 or parser._negative_number_matcher.match(a) or name in known:
             continue
         unknown.append(a)
     return unknown
@@ -335,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "judged as feedback too.")
     p.add_argument("--url", default=DEFAULT_CHAT_URL, help=f"the server's API base [{DEFAULT_CHAT_URL}]")
     p.add_argument("--api-key", help="the server's key, if it has one [$OPENCLAW_RL_API_KEY]")
-    p.add_argument("--model", default="policy", help="the model name to send [policy]")
+    p.add_argument("--model", default=MODEL_ALIAS, help=f"the model name to send [{MODEL_ALIAS}]")
     p.add_argument("--max-tokens", type=int, help="the longest reply, in tokens [the server's --default-max-tokens]")
     p.set_defaults(fn=cmd_chat)
     p = sub.add_parser("records", help="print the sessions and turns of a run directory",

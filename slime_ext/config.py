@@ -27,6 +27,7 @@ SGLANG_SERVES = "on Slime its SGLang engines serve (Slime's --sglang-* flags)"
 EPHEMERAL_MARKERS = ("<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>",)  # OpenClaw's own context blocks (docs/sessions.md)
 BUILTIN_JUDGES = ("heuristic", "self", "openai", "off")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+MODEL_ALIAS = "policy"  # the name every server answers to besides its own model's (/v1/models lists both)
 RUNS_ROOT = "runs"  # where a serve without --run-dir records (runs/<timestamp>), and records looks by default
 
 

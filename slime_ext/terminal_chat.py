@@ -99,7 +99,7 @@ class Chat:
     """One person's chat: the conversation so far, the last reply's id, the version last seen served."""
 
     client: Client
-    model: str = "policy"
+    model: str
     max_tokens: int | None = None
     out: TextIO = sys.stdout
     messages: list[dict[str, str]] = field(default_factory=list)

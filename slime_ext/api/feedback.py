@@ -23,8 +23,9 @@ VERDICTS = {"good": 1, "up": 1, "bad": -1, "down": -1}
 MAX_HINT_CHARS = 2000
 
 
-def parse_feedback(body: Any) -> tuple[str, int, str | None]:
-    """``(response_id, verdict, hint)`` of a feedback body, or an ``ApiError`` naming the field that is wrong."""
+def parse_feedback(body: Any) -> tuple[str, int, str | None, str | None]:
+    """``(response_id, verdict, hint, user)`` of a feedback body, or an ``ApiError`` naming the field that is wrong
+    (``user``: the user it names, as a chat's ``user`` field does)."""
     if not isinstance(body, dict):
         raise ApiError("the body must be a JSON object: {\"response_id\": ..., \"verdict\": \"good\" or \"bad\"}")
     unknown = sorted(set(body) - {"response_id", "verdict", "hint", "user"})
@@ -42,7 +43,10 @@ def parse_feedback(body: Any) -> tuple[str, int, str | None]:
     hint = (hint or "").strip() or None
     if hint is not None and len(hint) > MAX_HINT_CHARS:
         raise ApiError(f"hint is {len(hint)} characters; at most {MAX_HINT_CHARS}", param="hint")
-    return response_id.strip(), verdict, hint
+    user = body.get("user")
+    if user is not None and not isinstance(user, str):
+        raise ApiError("user must be a string", param="user")
+    return response_id.strip(), verdict, hint, user
 
 
 def parse_verdict(value: Any) -> int:

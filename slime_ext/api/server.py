@@ -64,6 +64,7 @@ from slime_ext.chat.overflow import cuttable_text, fit_messages
 from slime_ext.chat.prompt import PromptRenderer, stop_token_ids
 from slime_ext.chat.repetition import RepetitionStop
 from slime_ext.chat.reply import ReplyParser
+from slime_ext.config import MODEL_ALIAS
 from slime_ext.engines.base import EngineError, SamplingParams
 from slime_ext.judge.worker import is_standing_preference
 from slime_ext.models.generation import OPENAI_DEFAULTS, SamplingDefaults
@@ -76,7 +77,6 @@ log = logging.getLogger(__name__)
 PAGE_PATH = "/ui"  # what the agent learned, as a page (slime_ext/dashboard.py)
 MESSAGES_PATH = "/v1/messages"  # Anthropic's Messages API: its errors in Anthropic's shape too
 CUT_HEADER = "X-OpenClaw-RL-Prompt-Tokens-Cut"  # tokens of the system prompt cut to fit the context
-MODEL_ALIAS = "policy"  # the name the docs send: /v1/models lists it beside the served model's own
 UNKNOWN_MODELS_LOGGED = 32  # other model names are answered by the served model, each warned about once, this many
 # what the middlewares leave on a request (aiohttp's typed keys where it has them)
 _request_key = getattr(web, "RequestKey", lambda name, _type: name)
@@ -467,10 +467,7 @@ class ChatServer:
     async def feedback_post(self, request: web.Request) -> web.Response:
         """``POST /v1/feedback``: the caller's verdict (and hint) on one of their own replies (``api/feedback.py``)."""
         _, body = await self._json_body(request)
-        response_id, verdict, hint = feedback.parse_feedback(body)
-        named = body.get("user")
-        if named is not None and not isinstance(named, str):
-            raise ApiError("user must be a string", param="user")
+        response_id, verdict, hint, named = feedback.parse_feedback(body)
         user = self._user(request, named)
         standing = bool(hint) and is_standing_preference(hint, "user")
         done = await self.store.run(feedback.record, self.store, response_id, user, verdict, hint, standing)

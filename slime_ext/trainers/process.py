@@ -348,7 +348,6 @@ class CheckpointWatcher:
         self.swaps = 0
         self.last_swap_s = 0.0
         self.last_step: dict[str, Any] = {}
-        self.summary = ""  # the served version in one plain sentence (version_sentence)
 
     async def check(self) -> bool:
         found = checkpoints.latest(self.run_dir)
@@ -366,15 +365,16 @@ class CheckpointWatcher:
         except (OSError, ValueError):
             self.last_step = {}
         pause = getattr(self.engine, "stats", {}).get("last_swap_pause_s", float("nan"))
-        self.summary = version_sentence(version, self.last_step)
-        log.info("%s (swap took %.3f s, decoding paused %.4f s)", self.summary, self.last_swap_s, pause)
+        log.info("%s (swap took %.3f s, decoding paused %.4f s)", version_sentence(version, self.last_step),
+                 self.last_swap_s, pause)
         return True
 
     def status(self) -> dict[str, Any]:
         """What ``/healthz`` reports under ``training``."""
         step = self.last_step
         canary = self.canary()
-        return {"swaps": self.swaps, "swap_s": round(self.last_swap_s, 4), **({"served": self.summary} if self.summary else {}),
+        served = {"served": version_sentence(self.engine.policy_version, step)} if self.swaps else {}
+        return {"swaps": self.swaps, "swap_s": round(self.last_swap_s, 4), **served,
                 **{k: step[k] for k in ("step_s", "loss", "clip_fraction", "kl_rollout", "staleness_mean",
                                         "staleness_max", "reward_mean", "turns", "canary_s") if k in step},
                 **({"canary": canary} if canary else {})}
