@@ -164,6 +164,33 @@ def test_env_export_writes_a_slime_dataset_naming_each_task(tmp_path):
                        "metadata": {"setting": "terminal", "task_id": task.id}}
 
 
+def test_env_train_and_sft_flags_default_to_the_recipes_configs():
+    """Each learning default is declared once: the flags of `env train` / `env sft` take TrainConfig's and
+    SftConfig's, and their help shows those values."""
+    import dataclasses
+
+    from slime_ext.cli import build_parser
+    from slime_ext.envs.recipe import SftConfig, TrainConfig
+
+    parser = build_parser()
+    for command, config in (("train", TrainConfig), ("sft", SftConfig)):
+        args = parser.parse_args(["env", command, "--setting", "toolcall", "--out", "x"])
+        assert config(**{f.name: getattr(args, f.name) for f in dataclasses.fields(config)}) == config()
+    help_text = _cli("train", "--help").stdout
+    assert f"[{TrainConfig().episodes}]" in help_text and f"[{TrainConfig().lr:g}]" in help_text
+
+
+@pytest.mark.parametrize("flags, problem", [
+    (["--episodes", "6", "--group-size", "4"], "episodes (6) must be a multiple of the group size (4)"),
+    (["--baseline", "group", "--group-size", "1"], "--group-size >= 2 with the group baseline"),
+    (["--steps", "0"], "steps, episodes and lora_rank must be >= 1"),
+])
+def test_env_train_refuses_learning_flags_that_do_not_go_together(tmp_path, flags, problem):
+    r = _cli("train", "--setting", "terminal", "--model", "tiny", "--out", str(tmp_path / "rl"), *flags, timeout=60)
+    assert r.returncode == 2 and problem in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "rl").exists()  # refused before anything was written
+
+
 def test_the_default_check_slice_leaves_most_train_tasks_to_rl():
     from slime_ext.envs.recipe import default_check
 

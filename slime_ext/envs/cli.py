@@ -41,6 +41,7 @@ import sys
 from collections.abc import Iterable, Iterator
 
 from slime_ext.envs.base import SPLITS, get_task, list_tasks, make_env
+from slime_ext.envs.recipe import RunSettings, SftConfig, TrainConfig, evaluate, sft, train, write_demonstrations
 
 SEPARATOR = "---"
 SETTING_HELP = "terminal, toolcall, swe, gui, or one loaded with --setting-path"
@@ -151,7 +152,6 @@ def _settings(args: argparse.Namespace):
     from pathlib import Path
 
     from slime_ext.envs.agent_loop import step_judge_problems
-    from slime_ext.envs.recipe import RunSettings
 
     if min(args.max_turns, args.max_new_tokens, args.concurrency) < 1:
         raise ValueError("--max-turns, --max-new-tokens and --concurrency must be >= 1")
@@ -171,7 +171,6 @@ def cmd_env_eval(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from slime_ext.envs.recipe import evaluate
 
     list_tasks(args.setting)  # an unknown setting fails before the model loads
     settings = _settings(args)  # and so do flags that do not go together
@@ -189,7 +188,6 @@ def cmd_env_eval(args: argparse.Namespace) -> int:
 def cmd_env_demos(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from slime_ext.envs.recipe import RunSettings, write_demonstrations
 
     list_tasks(args.setting)
     sandbox_preamble(args)
@@ -201,13 +199,13 @@ def cmd_env_demos(args: argparse.Namespace) -> int:
 def cmd_env_sft(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from slime_ext.envs.recipe import sft
 
     list_tasks(args.setting)
+    config = SftConfig(steps=args.steps, lr=args.lr, lora_rank=args.lora_rank, batch_size=args.batch_size)
     settings = _settings(args)
     sandbox_preamble(args)
     out = Path(args.out)
-    history = sft(settings, out, steps=args.steps, lr=args.lr, lora_rank=args.lora_rank, batch_size=args.batch_size)
+    history = sft(settings, out, config)
     print(f"trained {len(history)} steps; the adapter is {out / 'adapter'} (next: openclaw-rl env eval --setting "
           f"{args.setting} --adapter {out / 'adapter'}, or env train --init {out / 'adapter'})")
     return 0
@@ -216,15 +214,15 @@ def cmd_env_sft(args: argparse.Namespace) -> int:
 def cmd_env_train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from slime_ext.envs.recipe import train
 
     list_tasks(args.setting)
+    config = TrainConfig(steps=args.steps, episodes=args.episodes, lr=args.lr, lora_rank=args.lora_rank,
+                         baseline=args.baseline, group_size=args.group_size, policy_loss=args.policy_loss,
+                         check=args.check)
     args.run_dir = args.run_dir or args.out  # the GUI setting's screenshots go with the adapters
     settings = _settings(args)
     sandbox_preamble(args)
-    history = train(settings, Path(args.out), steps=args.steps, episodes=args.episodes, lr=args.lr,
-                    lora_rank=args.lora_rank, baseline=args.baseline, policy_loss=args.policy_loss,
-                    group_size=args.group_size, init=Path(args.init) if args.init else None, check=args.check)
+    history = train(settings, Path(args.out), config, init=Path(args.init) if args.init else None)
     print(f"trained {len(history)} steps; metrics in {Path(args.out) / 'metrics.jsonl'}, the kept adapter in "
           f"{Path(args.out) / 'adapter'}")
     return 0
@@ -286,7 +284,9 @@ def _add_require_isolation(p: argparse.ArgumentParser) -> None:
 
 
 def add_env_parser(subparsers) -> None:
-    """Add ``env list`` and ``env play`` to the ``openclaw-rl`` sub-command parsers."""
+    """Add the ``env`` commands to the ``openclaw-rl`` sub-command parsers (the learning flags' defaults are
+    ``SftConfig``'s and ``TrainConfig``'s)."""
+    SFT, RL = SftConfig(), TrainConfig()
     p = subparsers.add_parser("env", help="list a setting's tasks, or play one by hand",
                               description="Agent environments (Track 2): list tasks, play a task by hand.")
     sub = p.add_subparsers(dest="env_command", required=True)
@@ -338,24 +338,27 @@ def add_env_parser(subparsers) -> None:
                                     "under --out.")
     _add_run_arguments(tr)
     tr.add_argument("--out", required=True, help="output folder: metrics.jsonl and one adapter per step")
-    tr.add_argument("--steps", type=int, default=8, help="training steps [8]")
-    tr.add_argument("--episodes", type=int, default=16, help="episodes per step [16]")
-    tr.add_argument("--lr", type=float, default=2e-4, help="learning rate [2e-4]")
-    tr.add_argument("--lora-rank", type=int, default=16, help="LoRA rank of a new adapter (--init keeps its own) [16]")
+    tr.add_argument("--steps", type=int, default=RL.steps, help=f"training steps [{RL.steps}]")
+    tr.add_argument("--episodes", type=int, default=RL.episodes,
+                    help=f"episodes per step (--episodes / --group-size train tasks) [{RL.episodes}]")
+    tr.add_argument("--lr", type=float, default=RL.lr, help=f"learning rate [{RL.lr:g}]")
+    tr.add_argument("--lora-rank", type=int, default=RL.lora_rank,
+                    help=f"LoRA rank of a new adapter (--init keeps its own) [{RL.lora_rank}]")
     tr.add_argument("--init", metavar="ADAPTER", help="start from this LoRA adapter (env sft's DIR/adapter: the warm "
                                                        "start) [a new adapter on the base model]")
-    tr.add_argument("--baseline", choices=("group", "mean", "none"), default="group",
+    tr.add_argument("--baseline", choices=("group", "mean", "none"), default=RL.baseline,
                     help="group: GRPO, --group-size episodes per task, each episode's advantage against its group "
                          "(groups whose rewards are all equal are dropped and counted); mean: the step's mean "
-                         "reward; none [group]")
-    tr.add_argument("--group-size", type=int, default=4, help="episodes per task with --baseline group [4]")
-    tr.add_argument("--check", type=int, metavar="N",
+                         f"reward; none [{RL.baseline}]")
+    tr.add_argument("--group-size", type=int, default=RL.group_size,
+                    help=f"episodes per task with --baseline group [{RL.group_size}]")
+    tr.add_argument("--check", type=int, default=RL.check, metavar="N",
                     help="N train tasks RL never samples, played greedily after every step: an adapter that solves "
                          "more than one fewer of them than the best so far is not kept (reverted); 0: off "
                          "[16, or a quarter of the train tasks when fewer]")
-    tr.add_argument("--policy-loss", default="ppo", metavar="LOSS",
+    tr.add_argument("--policy-loss", default=RL.policy_loss, metavar="LOSS",
                     help="the policy loss: ppo (clipped ratio), or your own as module:attr, called like "
-                         "algorithms/ppo.py's policy_loss (docs/extending.md) [ppo]")
+                         f"algorithms/ppo.py's policy_loss (docs/extending.md) [{RL.policy_loss}]")
     tr.set_defaults(fn=run_env_command, env_fn=cmd_env_train)
     de = sub.add_parser("demos", help="write the train split's scripted solutions as token data (JSONL)",
                         description="Play every train task's scripted solution through the environment with the agent "
@@ -377,11 +380,12 @@ def add_env_parser(subparsers) -> None:
                                     "on stderr; DIR/adapter, DIR/metrics.jsonl and DIR/sft.png.")
     _add_run_arguments(sf)
     sf.add_argument("--out", required=True, help="output folder")
-    sf.add_argument("--steps", type=int, default=12, help="optimizer steps; the demonstrations are passed over "
-                                                         "in a new order each time [12]")
-    sf.add_argument("--lr", type=float, default=5e-4, help="learning rate [5e-4]")
-    sf.add_argument("--lora-rank", type=int, default=16, help="LoRA rank [16]")
-    sf.add_argument("--batch-size", type=int, default=8, help="demonstrations per optimizer step [8]")
+    sf.add_argument("--steps", type=int, default=SFT.steps, help="optimizer steps; the demonstrations are passed "
+                                                                 f"over in a new order each time [{SFT.steps}]")
+    sf.add_argument("--lr", type=float, default=SFT.lr, help=f"learning rate [{SFT.lr:g}]")
+    sf.add_argument("--lora-rank", type=int, default=SFT.lora_rank, help=f"LoRA rank [{SFT.lora_rank}]")
+    sf.add_argument("--batch-size", type=int, default=SFT.batch_size,
+                    help=f"demonstrations per optimizer step [{SFT.batch_size}]")
     sf.set_defaults(fn=run_env_command, env_fn=cmd_env_sft)
 
 

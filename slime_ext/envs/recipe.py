@@ -2,9 +2,9 @@
 held-out evaluation around both. A readable top-to-bottom loop, like a torchtune recipe.
 
     evaluate(...)  the success rate of the base model or an adapter on a split (``repeat`` episodes per task)
-    sft(...)       the warm start: the train split's demonstrations (``envs/demos.py``) -> ``steps`` optimizer
-                   steps of NLL on the agent's tokens -> ``out_dir/adapter``
-    train(...)     ``steps`` rounds of: ``episodes`` episodes on train tasks (``episodes / group_size`` tasks,
+    sft(...)       the warm start (``SftConfig``): the train split's demonstrations (``envs/demos.py``) ->
+                   ``steps`` optimizer steps of NLL on the agent's tokens -> ``out_dir/adapter``
+    train(...)     (``TrainConfig``) ``steps`` rounds of: ``episodes`` episodes on train tasks (``episodes / group_size`` tasks,
                    each played ``group_size`` times) -> GRPO advantages, constant groups dropped -> one policy
                    step (pi_old re-scored by the trainer first) -> the new adapter swapped into the engine, then
                    kept only if the check slice (train tasks RL never samples, played greedily) does not drop by
@@ -89,6 +89,49 @@ class RunSettings:
         if self.step_weight is not None:
             return float(self.step_weight)
         return DEFAULT_STEP_WEIGHT if self.judged else 0.0
+
+
+@dataclass(frozen=True)
+class SftConfig:
+    """The warm start's learning settings; ``env sft``'s flags take their defaults from here."""
+
+    steps: int = 12  # optimizer steps; the demonstrations are passed over in a new order each time
+    lr: float = 5e-4
+    lora_rank: int = 16
+    batch_size: int = 8  # demonstrations per optimizer step
+
+    def __post_init__(self) -> None:
+        if min(self.steps, self.lora_rank, self.batch_size) < 1:
+            raise ValueError("steps, lora_rank and batch_size must be >= 1")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """RL's learning settings; ``env train``'s flags take their defaults from here (what they were measured
+    against: ``experiments/agents/README.md``)."""
+
+    steps: int = 8  # rounds of: play, one policy step, check
+    episodes: int = 16  # episodes per step: episodes / group_size train tasks, each played group_size times
+    lr: float = 2e-4
+    lora_rank: int = 16  # of a new adapter (an --init adapter keeps its own)
+    baseline: str = "group"  # group (GRPO), mean (the step's mean reward) or none
+    group_size: int = 4
+    policy_loss: str = "ppo"  # ppo, or module:attr (learning/objective.py: resolve_policy_loss)
+    check: int | None = None  # train tasks in the check slice; None: default_check(number of train tasks)
+
+    def __post_init__(self) -> None:
+        if self.baseline not in ("group", "mean", "none"):
+            raise ValueError(f"baseline must be group, mean or none, got {self.baseline!r}")
+        if min(self.steps, self.episodes, self.lora_rank, self.group_size) < 1 or (
+                self.baseline == "group" and self.group_size < 2):
+            raise ValueError("steps, episodes and lora_rank must be >= 1, and --group-size >= 2 with the group "
+                             "baseline")
+        if self.baseline == "group" and self.episodes % self.group_size:
+            raise ValueError(f"episodes ({self.episodes}) must be a multiple of the group size ({self.group_size})")
+
+    @property
+    def tasks_per_step(self) -> int:
+        return self.episodes // self.group_size if self.baseline == "group" else self.episodes
 
 
 def _load(settings: RunSettings):
@@ -282,10 +325,10 @@ def write_demonstrations(settings: RunSettings, path: Path) -> tuple[Path, Any, 
     return model_dir, tok, samples
 
 
-def sft(settings: RunSettings, out_dir: Path, steps: int = 12, lr: float = 5e-4, lora_rank: int = 16,
-        batch_size: int = 8) -> list[dict[str, Any]]:
+def sft(settings: RunSettings, out_dir: Path, config: SftConfig = SftConfig()) -> list[dict[str, Any]]:
     """The warm start: the train split's scripted solutions, played through the environment (``envs/demos.py``,
-    written to ``demos.jsonl``), ``steps`` optimizer steps of ``batch_size`` of them (passes in a new order each),
+    written to ``demos.jsonl``), ``config.steps`` optimizer steps of ``config.batch_size`` of them (passes in a new
+    order each),
     the loss on the agent's tokens only; the LoRA
     adapter goes to ``out_dir/adapter`` (what ``env train --init`` and ``env eval --adapter`` take). One metrics
     dict per optimizer step (``metrics.jsonl``)."""
@@ -294,15 +337,14 @@ def sft(settings: RunSettings, out_dir: Path, steps: int = 12, lr: float = 5e-4,
     from slime_ext.algorithms import sft_loss
     from slime_ext.engines.device import resolve_device
 
-    if min(steps, lora_rank, batch_size) < 1:
-        raise ValueError("steps, lora_rank and batch_size must be >= 1")
+    steps, batch_size = config.steps, config.batch_size
     device = resolve_device(settings.device)
     out_dir.mkdir(parents=True, exist_ok=True)
     model_dir, tok, samples = write_demonstrations(settings, out_dir / "demos.jsonl")
     if settings.threads:
         torch.set_num_threads(settings.threads)
-    model = _trainable(model_dir, device, lora_rank)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+    model = _trainable(model_dir, device, config.lora_rank)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.lr)
     bf16 = _bf16_training(device)
     rng = random.Random(settings.seed)
     torch.manual_seed(settings.seed)
@@ -378,39 +420,32 @@ def group_samples(episodes: list[Episode], group_size: int, rollout_id: int) -> 
     return kept, dropped
 
 
-def train(settings: RunSettings, out_dir: Path, steps: int = 8, episodes: int = 16, lr: float = 2e-4,
-          lora_rank: int = 16, baseline: str = "group", policy_loss: str = "ppo", group_size: int = 4,
-          init: Path | None = None, check: int | None = None) -> list[dict[str, Any]]:
-    """The training loop (see the module docstring); one metrics dict per round. ``policy_loss``: ``ppo`` or
-    the user's (``learning/objective.py: resolve_policy_loss``)."""
+def train(settings: RunSettings, out_dir: Path, config: TrainConfig = TrainConfig(),
+          init: Path | None = None) -> list[dict[str, Any]]:
+    """The training loop (see the module docstring); one metrics dict per round. ``init``: the warm start's
+    adapter (None: a new one on the base model)."""
     import torch
 
     from slime_ext.engines.device import resolve_device
     from slime_ext.learning.objective import resolve_policy_loss
 
-    if baseline not in ("group", "mean", "none"):
-        raise ValueError(f"baseline must be group, mean or none, got {baseline!r}")
-    if min(steps, episodes, lora_rank, group_size) < 1 or (baseline == "group" and group_size < 2):
-        raise ValueError("steps, episodes and lora_rank must be >= 1, and --group-size >= 2 with the group baseline")
-    if baseline == "group" and episodes % group_size:
-        raise ValueError(f"episodes ({episodes}) must be a multiple of the group size ({group_size})")
+    steps, baseline, group_size = config.steps, config.baseline, config.group_size
     _check_adapter(init)
-    loss_fn = resolve_policy_loss(policy_loss)  # before minutes of loading: a loss that cannot load says so now
+    loss_fn = resolve_policy_loss(config.policy_loss)  # before minutes of loading: a loss that cannot load says so now
     tasks = list_tasks(settings.setting, "train")
     if not tasks:
         raise ValueError(f"setting {settings.setting!r} has no train tasks")
-    checked, tasks = check_slice(tasks, default_check(len(tasks)) if check is None else check)
+    checked, tasks = check_slice(tasks, default_check(len(tasks)) if config.check is None else config.check)
     out_dir.mkdir(parents=True, exist_ok=True)
     bf16 = _bf16_training(resolve_device(settings.device))
     model_dir, tok, renderer, engine, sampling = _load(settings)
     judge = _make_judge(settings)  # once for the run: every round's episodes share it
-    model = _trainable(model_dir, engine.device, lora_rank, init)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+    model = _trainable(model_dir, engine.device, config.lora_rank, init)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.lr)
     rng = random.Random(settings.seed)
     history: list[dict[str, Any]] = []
     (out_dir / "metrics.jsonl").unlink(missing_ok=True)
     greedy = dataclasses.replace(sampling, temperature=0.0)
-    per_step = episodes // group_size if baseline == "group" else episodes
 
     async def check_success() -> float:
         eps = await _play(settings, engine, tok, renderer, checked, greedy, None, label="check")
@@ -428,7 +463,7 @@ def train(settings: RunSettings, out_dir: Path, steps: int = 8, episodes: int = 
             print(f"[{settings.setting}] check slice ({len(checked)} train tasks RL never samples, greedy): "
                   f"success {best:.2f} before training", file=sys.stderr, flush=True)
         for step in range(1, steps + 1):
-            picked = [rng.choice(tasks) for _ in range(per_step)]
+            picked = [rng.choice(tasks) for _ in range(config.tasks_per_step)]
             batch = [t for t in picked for _ in range(group_size)] if baseline == "group" else picked
             params = dataclasses.replace(sampling, seed=rng.randrange(2**31))
             t0 = time.time()
