@@ -14,7 +14,8 @@ the folders are given), printing each one:
 
 ``R`` plays every held-out task often enough for at least ``--episodes`` held-out episodes (the terminal setting
 has 8 held-out tasks: 4 each). A stage whose output exists is not run again, so an interrupted run resumes.
-``results.csv``, ``results.md`` (mean and a 95% t-interval over seeds, and every seed) and ``results.png`` go to
+``results.csv``, ``results.md`` (mean and a 95% t-interval over seeds, and every seed; and RL's gain over the warm
+start seed by seed) and ``results.png`` go to
 ``--out``; experiments/agents/README.md holds the figures of the committed run.
 """
 
@@ -109,15 +110,25 @@ def report(out: Path) -> None:
             if not vals:
                 continue
             mean, half = ci95([v for _, v in vals])
-            summary[(setting, stage)] = [v for _, v in vals]
+            summary[(setting, stage)] = dict(sorted(vals))
             per_seed = ", ".join(f"{v:.3f}" for _, v in sorted(vals))
             lines.append(f"| {setting} | {stage} | {mean:.3f} ± {half:.3f} | {per_seed} | {len(vals)} |")
+    lines += ["", "| setting | RL - warm start, per seed (paired) | mean ± 95% CI | seeds |", "|---|---|---|---|"]
+    for setting in sorted({r["setting"] for r in rows}):
+        by_seed = {(r["seed"], r["stage"]): r["success_rate"] for r in rows if r["setting"] == setting}
+        gains = [by_seed[seed, "rl"] - by_seed[seed, "sft"] for seed in sorted({s for s, _ in by_seed})
+                 if (seed, "rl") in by_seed and (seed, "sft") in by_seed]
+        if gains:
+            mean, half = ci95(gains)
+            lines.append(f"| {setting} | {', '.join(f'{g:+.3f}' for g in gains)} | {mean:+.3f} ± {half:.3f} | "
+                         f"{len(gains)} |")
     (out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     plot(summary, out / "results.png")
 
 
-def plot(summary: dict[tuple[str, str], list[float]], path: Path) -> None:
+def plot(summary: dict[tuple[str, str], dict[int, float]], path: Path) -> None:
+    """Each stage's seeds (grey, a seed's stages joined by a line) and their mean with its 95% interval."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -127,8 +138,11 @@ def plot(summary: dict[tuple[str, str], list[float]], path: Path) -> None:
     fig, axes = plt.subplots(1, len(settings), figsize=(4.5 * len(settings), 3.5), squeeze=False)
     for ax, setting in zip(axes[0], settings):
         stages = [st for st in STAGES if (setting, st) in summary]
+        for seed in sorted({k for st in stages for k in summary[(setting, st)]}):
+            pts = [(i, summary[(setting, st)][seed]) for i, st in enumerate(stages) if seed in summary[(setting, st)]]
+            ax.plot(*zip(*pts), color="grey", alpha=0.4, linewidth=1, zorder=1)
         for i, st in enumerate(stages):
-            vals = summary[(setting, st)]
+            vals = list(summary[(setting, st)].values())
             ax.scatter([i] * len(vals), vals, color="grey", zorder=2)
             mean, half = ci95(vals)
             ax.errorbar([i], [mean], yerr=[0 if math.isnan(half) else half], fmt="o", color="C0", capsize=6,
