@@ -8,8 +8,9 @@ import textwrap
 
 
 def fork_until_refused(start: int = 0, hold_s: float = 0.0) -> str:
-    """Python source that forks children (each sleeps 30 s) until ``fork`` fails, prints ``start`` plus the
-    children it made, then sleeps ``hold_s`` seconds still holding them (0: exits at once)."""
+    """Python source that forks children (each sleeps 30 s) until ``fork`` fails, printing ``start`` plus the
+    children made so far after each one (the run may be stopped as soon as a fork is refused, so the count is out
+    before that: its last line), then sleeps ``hold_s`` seconds still holding them (0: exits at once)."""
     return textwrap.dedent(f"""
         import os, time
         n = {start}
@@ -22,7 +23,7 @@ def fork_until_refused(start: int = 0, hold_s: float = 0.0) -> str:
                 time.sleep(30)
                 os._exit(0)
             n += 1
-        print(n, flush=True)
+            print(n, flush=True)
         if {hold_s!r}:
             time.sleep({hold_s!r})
     """)

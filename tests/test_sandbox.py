@@ -231,8 +231,30 @@ def test_process_limit_counts_the_runs_processes(box):
     # the refused fork stops the run (a cgroup reports it at once; the watchdog may miss a brief peak), unless the
     # command exited first
     assert r.stopped_by == "max_procs" or (r.exit_code, r.stopped_by) == (0, None), r
-    assert LIMITS.max_procs - 4 <= int(r.stdout) < LIMITS.max_procs
+    assert LIMITS.max_procs - 4 <= int(r.stdout.split()[-1]) < LIMITS.max_procs
     assert r.wall_s < 5  # the sleeping children were killed
+
+
+def test_what_a_run_printed_before_a_total_stopped_it_is_kept():
+    """A total (processes, memory, workspace) stops a run at the monitor's next look; output already in the pipes
+    is read before the kill, not dropped (it was, and a fork bomb's count came back empty now and then)."""
+    from slime_ext.envs.sandbox import _communicate
+    from slime_ext.envs.sandbox_totals import Stop
+
+    class StopsAtOnce:  # a total passed: at its first look, after the command has printed
+        def check(self):
+            time.sleep(0.5)
+            return Stop("max_procs", "test")
+
+    proc = subprocess.Popen(["sh", "-c", "printf 'made 61'; printf 'refused' >&2; exec sleep 30"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err, truncated, stop = _communicate(proc, None, 1000, time.monotonic() + 20, StopsAtOnce(),
+                                                 Stop("wall_s", "timeout"))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert stop.limit == "max_procs" and (out, err, truncated) == (b"made 61", b"refused", False)
 
 
 def test_memory_limit(box):

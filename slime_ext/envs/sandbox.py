@@ -549,11 +549,9 @@ def _communicate(proc: subprocess.Popen, stdin: bytes | None, cap: int, deadline
             proc.stdin.close()
         while sel.get_map():
             left = deadline - time.monotonic()
-            if left <= 0:
-                stop = timeout
-                break
-            stop = monitor.check()
+            stop = timeout if left <= 0 else monitor.check()
             if stop is not None:
+                _drain(sel, kept, seen, cap)  # what it wrote before it was stopped is part of its result
                 break
             events = sel.select(min(left, FS_POLL_S))
             if not events and _exited(proc.pid):
@@ -569,18 +567,31 @@ def _communicate(proc: subprocess.Popen, stdin: bytes | None, cap: int, deadline
                         sel.unregister(stream)
                         stream.close()
                     continue
-                data = os.read(stream.fileno(), 65536)
-                if not data:
-                    sel.unregister(stream)
-                    continue
-                seen[stream] += len(data)
-                kept[stream] += data[: max(0, cap - len(kept[stream]))]
+                _read(sel, stream, kept, seen, cap)
             if max(seen.values()) > OUTPUT_KILL_FACTOR * cap:
                 stop = Stop("output_bytes", f"stdout or stderr went past {OUTPUT_KILL_FACTOR} x output_bytes "
                                             f"({OUTPUT_KILL_FACTOR * cap} bytes)")
                 break
     truncated = max(seen.values()) > cap
     return bytes(kept[proc.stdout]), bytes(kept[proc.stderr]), truncated, stop
+
+
+def _read(sel: selectors.BaseSelector, stream, kept: dict, seen: dict, cap: int) -> None:
+    """One read of a readable output stream: `cap` bytes of it kept, every byte counted; at its end, unregistered."""
+    data = os.read(stream.fileno(), 65536)
+    if not data:
+        sel.unregister(stream)
+        return
+    seen[stream] += len(data)
+    kept[stream] += data[: max(0, cap - len(kept[stream]))]
+
+
+def _drain(sel: selectors.BaseSelector, kept: dict, seen: dict, cap: int) -> None:
+    """Before a stopped run is killed: one read of each output stream that already holds data (a pipe holds
+    64 KiB), without waiting for more, so what the command printed before a total stopped it is not lost."""
+    for key, _ in sel.select(0):
+        if key.fileobj in kept:
+            _read(sel, key.fileobj, kept, seen, cap)
 
 
 def _exited(pid: int) -> bool:
