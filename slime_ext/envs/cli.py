@@ -41,7 +41,16 @@ import sys
 from collections.abc import Iterable, Iterator
 
 from slime_ext.envs.base import SPLITS, get_task, list_tasks, make_env
-from slime_ext.envs.recipe import RunSettings, SftConfig, TrainConfig, evaluate, sft, train, write_demonstrations
+from slime_ext.envs.recipe import (
+    BASELINES,
+    RunSettings,
+    SftConfig,
+    TrainConfig,
+    evaluate,
+    sft,
+    train,
+    write_demonstrations,
+)
 
 SEPARATOR = "---"
 SETTING_HELP = "terminal, toolcall, swe, gui, or one loaded with --setting-path"
@@ -346,7 +355,7 @@ def add_env_parser(subparsers) -> None:
                     help=f"LoRA rank of a new adapter (--init keeps its own) [{RL.lora_rank}]")
     tr.add_argument("--init", metavar="ADAPTER", help="start from this LoRA adapter (env sft's DIR/adapter: the warm "
                                                        "start) [a new adapter on the base model]")
-    tr.add_argument("--baseline", choices=("group", "mean", "none"), default=RL.baseline,
+    tr.add_argument("--baseline", choices=BASELINES, default=RL.baseline,
                     help="group: GRPO, --group-size episodes per task, each episode's advantage against its group "
                          "(groups whose rewards are all equal are dropped and counted); mean: the step's mean "
                          f"reward; none [{RL.baseline}]")

@@ -4,8 +4,8 @@ held-out evaluation around both. A readable top-to-bottom loop, like a torchtune
     evaluate(...)  the success rate of the base model or an adapter on a split (``repeat`` episodes per task)
     sft(...)       the warm start (``SftConfig``): the train split's demonstrations (``envs/demos.py``) ->
                    ``steps`` optimizer steps of NLL on the agent's tokens -> ``out_dir/adapter``
-    train(...)     (``TrainConfig``) ``steps`` rounds of: ``episodes`` episodes on train tasks (``episodes / group_size`` tasks,
-                   each played ``group_size`` times) -> GRPO advantages, constant groups dropped -> one policy
+    train(...)     (``TrainConfig``) ``steps`` rounds of: ``episodes`` episodes on train tasks
+                   (``episodes / group_size`` tasks, each played ``group_size`` times) -> GRPO advantages, constant groups dropped -> one policy
                    step (pi_old re-scored by the trainer first) -> the new adapter swapped into the engine, then
                    kept only if the check slice (train tasks RL never samples, played greedily) does not drop by
                    more than one task; ``init``: start from the warm start's adapter
@@ -91,6 +91,9 @@ class RunSettings:
         return DEFAULT_STEP_WEIGHT if self.judged else 0.0
 
 
+BASELINES = ("group", "mean", "none")  # RL's advantage baseline: GRPO groups, the step's mean reward, none
+
+
 @dataclass(frozen=True)
 class SftConfig:
     """The warm start's learning settings; ``env sft``'s flags take their defaults from here."""
@@ -120,8 +123,8 @@ class TrainConfig:
     check: int | None = None  # train tasks in the check slice; None: default_check(number of train tasks)
 
     def __post_init__(self) -> None:
-        if self.baseline not in ("group", "mean", "none"):
-            raise ValueError(f"baseline must be group, mean or none, got {self.baseline!r}")
+        if self.baseline not in BASELINES:
+            raise ValueError(f"baseline must be one of {', '.join(BASELINES)}, got {self.baseline!r}")
         if min(self.steps, self.episodes, self.lora_rank, self.group_size) < 1 or (
                 self.baseline == "group" and self.group_size < 2):
             raise ValueError("steps, episodes and lora_rank must be >= 1, and --group-size >= 2 with the group "
@@ -328,9 +331,7 @@ def write_demonstrations(settings: RunSettings, path: Path) -> tuple[Path, Any, 
 def sft(settings: RunSettings, out_dir: Path, config: SftConfig = SftConfig()) -> list[dict[str, Any]]:
     """The warm start: the train split's scripted solutions, played through the environment (``envs/demos.py``,
     written to ``demos.jsonl``), ``config.steps`` optimizer steps of ``config.batch_size`` of them (passes in a new
-    order each),
-    the loss on the agent's tokens only; the LoRA
-    adapter goes to ``out_dir/adapter`` (what ``env train --init`` and ``env eval --adapter`` take). One metrics
+    order each), the loss on the agent's tokens only; the LoRA adapter goes to ``out_dir/adapter`` (what ``env train --init`` and ``env eval --adapter`` take). One metrics
     dict per optimizer step (``metrics.jsonl``)."""
     import torch
 
