@@ -57,7 +57,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--waves", type=int, default=3, help="requests per level = waves x concurrency (at least 6) [3]")
     p.add_argument("--threads", type=int, default=2, help="threads of each server [2]")
     p.add_argument("--prefill-tokens", type=int, default=7900, help="tokens of the long prompt [7900]")
-    p.add_argument("--prefill-runs", type=int, default=2, help="long-prompt prefills per server [2]")
+    p.add_argument("--prefill-runs", type=int, default=2, help="long-prompt prefills per server; 0: none [2]")
     p.add_argument("--modes", default="none,learning",
                    help="our server's modes, comma-separated: none (serving only), learning (make serve's defaults) "
                         "[none,learning]")
@@ -210,9 +210,10 @@ def report(result: dict) -> str:
             same = "yes" if (o["tokens_min"], o["tokens_max"]) == (ll["tokens_min"], ll["tokens_max"]) else "NO"
             rows.append([c, ll["tokens_per_s"], o["tokens_per_s"], o["tokens_per_s"] / ll["tokens_per_s"],
                          ll["ttft_ms"]["p50"], o["ttft_ms"]["p50"], same])
-        pre_o, pre_l = min(ours["prefill_s"]), min(llama["prefill_s"])
-        rows.append([f"prefill {a['prefill_tokens']} tokens (s, best of {a['prefill_runs']})", pre_l, pre_o,
-                     pre_l / pre_o, "", "", ""])
+        if ours["prefill_s"] and llama["prefill_s"]:  # --prefill-runs 0 measures none
+            pre_o, pre_l = min(ours["prefill_s"]), min(llama["prefill_s"])
+            rows.append([f"prefill {a['prefill_tokens']} tokens (s, best of {a['prefill_runs']})", pre_l, pre_o,
+                         pre_l / pre_o, "", "", ""])
         out += ["", f"### ours: {mode} ({' '.join(ours['serve_args'])}; dtype {ours['dtype']}, trainer "
                     f"{ours['trainer'] or 'none'})", "",
                 md_table(["concurrency", "llama.cpp tok/s", "ours tok/s", "ours / llama.cpp", "llama.cpp TTFT p50 ms",

@@ -43,9 +43,9 @@ async def test_auto_float32_reads_int4_for_one_row_through_lora_swaps(grid_model
     monkeypatch.setattr(local, "native_bf16", lambda *a, **k: False)  # an AVX2-only CPU
     auto = LocalEngine(grid_model, dtype="auto", threads=1, prefix_cache_tokens=0)
     exact = LocalEngine(grid_model, dtype="float32", threads=1, prefix_cache_tokens=0)
-    calls = []
-    int4 = auto._packed.int4
-    auto._lean.int4 = lambda g, x: calls.append(r := int4(g, x)) or r
+    calls = []  # each step's decision per group: its int4 product, or None (its modules are called)
+    steps = auto._packed.steps
+    auto._lean.int4_steps = lambda groups, dtype: calls.extend(r := steps(groups, dtype)) or r
     try:
         assert auto.dtype == exact.dtype == torch.float32
         assert isinstance(auto._packed, PackedLinears) and not auto._packed.bf16 and exact._packed is None
@@ -59,7 +59,9 @@ async def test_auto_float32_reads_int4_for_one_row_through_lora_swaps(grid_model
             calls.clear()
             got = [(t.token_id, t.logprob) async for t in auto.generate(IDS[:12], sampling)]
             want = [(t.token_id, t.logprob) async for t in exact.generate(IDS[:12], sampling)]
-            assert calls and all(c is not None and c.dtype == torch.float32 for c in calls), version
+            assert calls and all(c is not None for c in calls), version
+            row = torch.ones(1, auto.model.config.hidden_size)
+            assert calls[0](row).dtype == torch.float32  # a float32 row in, a float32 row out
             assert [t for t, _ in got] == [t for t, _ in want], version
             gap = max(abs(a - b) for (_, a), (_, b) in zip(got, want))
             assert 0 < gap < 5e-2, (version, gap)  # bf16 activations: close, not float32-exact

@@ -121,6 +121,53 @@ def test_one_row_reads_int4_only_while_the_weight_is_the_4bit_checkpoints():
         assert torch.allclose(model.a(x).float(), torch.nn.functional.linear(x, new).float(), atol=1e-2, rtol=1e-2)
 
 
+def test_a_steps_decision_follows_swaps_adapters_and_hooks_at_once():
+    """``steps`` decides for every group in one pass what ``int4`` decides per call: a re-pointed weight, a
+    dropped packing or a hook sends only that group to its modules, an adapter's term brings it back, and a
+    dtype the kernel does not take sends every group; the decision is re-made as soon as any of these changes."""
+    model = torch.nn.Module()
+    model.a = torch.nn.Linear(96, 64, bias=False).bfloat16()
+    model.b = torch.nn.Linear(96, 32, bias=True).bfloat16()
+    model.get_output_embeddings = lambda: None
+    with torch.no_grad():
+        model.a.weight.copy_(grid_weight(64, 96, 1))
+        model.b.weight.copy_(grid_weight(32, 96, 2))
+        model.b.bias.normal_()
+    groups = [("a",), ("b",)]
+    packed = PackedLinears(model, groups=groups)
+    x = torch.randn(1, 96).bfloat16()
+
+    def decided():
+        return [s is not None for s in packed.steps(groups, torch.bfloat16)]
+
+    with torch.inference_mode():
+        assert decided() == [True, True]
+        got = packed.steps(groups, torch.bfloat16)[1](x)  # bias included, in x's dtype
+        want = torch.nn.functional.linear(x.float(), model.b.weight.float(), model.b.bias.float())
+        assert got.dtype == torch.bfloat16 and (got.float() - want).abs().max().item() < 2e-2 * want.abs().max().item()
+        assert packed.steps(groups, torch.float16) == [None, None]
+        base = model.a.weight.data
+        merged = grid_weight(64, 96, 3) * 0.5
+        model.a.weight.data = merged  # a swap re-points a
+        assert decided() == [False, True]
+        a_t, b_t = torch.randn(96, 4) * 0.1, torch.randn(4, 64) * 0.1
+        packed.install_lora(packed.lora_prepared(lambda n: merged if n == "a" else model.b.weight,
+                                                 {"a": (a_t.t().contiguous(), b_t.t().contiguous())}))
+        assert decided() == [True, True]  # base int4 plus the adapter's term
+        with_term = packed.steps(groups, torch.bfloat16)[0](x).float()
+        plain = torch.nn.functional.linear(x.float(), base.float()) + x.float() @ a_t @ b_t
+        assert (with_term - plain).abs().max().item() < 2e-2 * plain.abs().max().item()
+        handle = model.b.register_forward_hook(lambda m, a, o: None)
+        assert decided() == [True, False]
+        handle.remove()
+        assert decided() == [True, True]
+        model.a.weight.data = base
+        packed.install_lora({})
+        assert decided() == [True, True]
+        packed.pack(["b"], in_place=True)  # b's weights changed in place: its packing is gone
+        assert decided() == [True, False]
+
+
 @torch.inference_mode()
 def test_lean_decode_reads_grouped_int4_weights_and_still_runs_hooks():
     """One row of the lean decode step computes q/k/v and gate/up from one int4 packing each,
@@ -143,9 +190,8 @@ def test_lean_decode_reads_grouped_int4_weights_and_still_runs_hooks():
     full, mine = _growing_cache(model.config), _growing_cache(model.config)
     for cache in (full, mine):
         model.model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True)
-    calls = []
-    plain_int4 = packed.int4
-    lean.int4 = lambda g, x: calls.append(r := plain_int4(g, x)) or r
+    calls = []  # each step's decision per group: its int4 product, or None (its modules are called)
+    lean.int4_steps = lambda groups, dtype: calls.extend(r := packed.steps(groups, dtype)) or r
     mask = torch.ones(1, len(ids) + 1, dtype=torch.long)
     last, pos = torch.tensor([[7]]), torch.tensor([[len(ids)]])
     want = model.model(input_ids=last, attention_mask=mask, position_ids=pos, cache=full, use_cache=True).last_hidden_state[:, -1]
@@ -198,9 +244,9 @@ async def test_a_lora_version_keeps_one_row_on_the_int4_path(tmp_path):
     AutoTokenizer.from_pretrained(resolve_model("tiny")).save_pretrained(tmp_path / "grid")
     packed = LocalEngine(tmp_path / "grid", dtype="bfloat16", threads=1, prefix_cache_tokens=0)
     plain = LocalEngine(tmp_path / "grid", dtype="bfloat16", threads=1, prefix_cache_tokens=0, pack_weights=False)
-    calls = []
-    int4 = packed._packed.int4
-    packed._lean.int4 = lambda g, x: calls.append(r := int4(g, x)) or r
+    calls = []  # each step's decision per group: its int4 product, or None (its modules are called)
+    steps = packed._packed.steps
+    packed._lean.int4_steps = lambda groups, dtype: calls.extend(r := steps(groups, dtype)) or r
     try:
         assert set(packed._lean.groups) <= set(packed._packed._int4)  # the checkpoint is on the grid
         sampling = SamplingParams(temperature=0, max_new_tokens=8)

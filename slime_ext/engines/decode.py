@@ -4,10 +4,11 @@ Invariant: ``LeanDecode(...)`` returns what ``model.model(input_ids, attention_m
 cache)`` returns as ``last_hidden_state[:, -1]`` for one new token per row, and appends the same
 keys and values to the cache, up to summation order. It reads the modules' weights at every step,
 so weight swaps act on it as on the full forward. The linear layers are called as modules (their
-forward hooks, the frozen-base rows, run) unless ``int4`` computes a group of them at once, which
-it does only for a group with no hooks (engines/packed.py). Norms, rotary embedding and attention
-are computed here from the modules' parameters: the same formulas in fewer ops (one fused RMS norm,
-one rotation for queries and keys together, grouped-query attention without copying keys).
+forward hooks, the frozen-base rows, run) unless, for one row, ``int4_steps`` gives a group's int4
+product, which it does only for a group with no hooks whose weights are the packed ones
+(engines/packed.py, decided once per step for all groups). Norms, rotary embedding and attention
+are computed here from the modules' parameters: the same values in fewer ops (one RMS norm call,
+one rotation for queries and keys together as one roll, grouped-query attention without copying keys).
 
 Why (docs/engine.md, 2 cores, SmolLM2 bf16, 150 cached tokens): dropping transformers' model-level
 plumbing took one stream from 56 to 60 tok/s; these fewer ops and the grouped int4 reads took the
@@ -21,14 +22,15 @@ and are decoded by transformers' forward as before.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
 SUPPORTED = ("LlamaModel", "Qwen2Model")
 
-Int4 = Callable[[tuple[str, ...], torch.Tensor], "torch.Tensor | None"]
+# for one row: each group's product (its int4 weights), or None where the modules must be called (packed.py's steps)
+Int4Steps = Callable[[Sequence[tuple[str, ...]], torch.dtype], "list[Callable[[torch.Tensor], torch.Tensor] | None]"]
 
 
 def lean_decoder(model: torch.nn.Module) -> LeanDecode | None:
@@ -86,12 +88,9 @@ class LeanDecode:
         self.q_heads = attn.q_proj.out_features // self.head_dim
         self.kv_heads = attn.k_proj.out_features // self.head_dim
         self.intermediate = inner.layers[0].mlp.gate_proj.out_features
-        self.int4: Int4 | None = None  # set by the engine where one row can read int4 weights
-
-    @property
-    def groups(self) -> list[tuple[str, ...]]:
-        """The module names of each group of linear layers this step computes together."""
-        return [lin.names for layer in self.layers for lin in (layer.qkv, layer.o, layer.gate_up, layer.down)]
+        # the module names of each group of linear layers this step computes together, four per layer
+        self.groups = [lin.names for layer in self.layers for lin in (layer.qkv, layer.o, layer.gate_up, layer.down)]
+        self.int4_steps: Int4Steps | None = None  # set by the engine where one row can read int4 weights
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: Any) -> torch.Tensor:
         """``input_ids`` and ``positions`` ``[B, 1]``; ``mask`` ``[B, L]`` (1: a real token, the new
@@ -101,34 +100,48 @@ class LeanDecode:
         b = input_ids.shape[0]
         x = inner.embed_tokens(input_ids[:, 0])  # [B, H]
         cos, sin = (t.view(b, 1, 1, d) for t in inner.rotary_emb(x, positions))
+        sin = sin * self._rotation_sign(sin)  # the sign of rotate_half, so that a rotation is one roll
         attend = None if bool(mask.all()) else mask.bool()[:, None, None, :]  # [B, 1, 1, L]; None: no padding
-        for p, kv in zip(self.layers, cache.layers):
-            qkv = self._project(p.qkv, _rms_norm(p.layer.input_layernorm, x)).view(b, nq + 2 * nkv, 1, d)
+        one_row = self.int4_steps is not None and b == 1
+        steps = self.int4_steps(self.groups, x.dtype) if one_row else [None] * len(self.groups)
+        for i, (p, kv) in enumerate(zip(self.layers, cache.layers)):
+            qkv_step, o_step, gate_up_step, down_step = steps[4 * i:4 * i + 4]
+            qkv = self._project(p.qkv, qkv_step, _rms_norm(p.layer.input_layernorm, x)).view(b, nq + 2 * nkv, 1, d)
             qk = _rotate(qkv[:, :nq + nkv], cos, sin)
             keys, values = kv.update(qk[:, nq:], qkv[:, nq + nkv:])
             # one query token: its heads sharing a key head are that head's query rows (no repeated keys)
             out = F.scaled_dot_product_attention(qk[:, :nq].reshape(b, nkv, nq // nkv, d), keys, values,
                                                  attn_mask=attend, scale=p.layer.self_attn.scaling)
-            x = x + self._project(p.o, out.reshape(b, nq * d))
-            gate_up = self._project(p.gate_up, _rms_norm(p.layer.post_attention_layernorm, x))
-            x = x + self._project(p.down, F.silu(gate_up[:, :self.intermediate]) * gate_up[:, self.intermediate:])
+            x = x + self._project(p.o, o_step, out.reshape(b, nq * d))
+            gate_up = self._project(p.gate_up, gate_up_step, _rms_norm(p.layer.post_attention_layernorm, x))
+            x = x + self._project(p.down, down_step,
+                                  F.silu(gate_up[:, :self.intermediate]) * gate_up[:, self.intermediate:])
         return _rms_norm(inner.norm, x)
 
-    def _project(self, lin: Linears, x: torch.Tensor) -> torch.Tensor:
-        y = self.int4(lin.names, x) if self.int4 is not None else None
-        if y is not None:
-            return y
+    @staticmethod
+    def _rotation_sign(like: torch.Tensor) -> torch.Tensor:
+        """-1 over the first half of a head, +1 over the second (``_rotate``)."""
+        half = like.shape[-1] // 2
+        return torch.cat([like.new_full((half,), -1.0), like.new_ones(like.shape[-1] - half)])
+
+    @staticmethod
+    def _project(lin: Linears, step: Callable[[torch.Tensor], torch.Tensor] | None, x: torch.Tensor) -> torch.Tensor:
+        if step is not None:
+            return step(x)
         if len(lin.modules) == 1:
             return lin.modules[0](x)
         return torch.cat([m(x) for m in lin.modules], dim=-1)
 
 
 def _rms_norm(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """transformers' Llama/Qwen2 RMS norm (float32 statistics, weight applied in the input dtype)."""
-    return norm.weight * F.rms_norm(x.float(), x.shape[-1:], None, norm.variance_epsilon).to(x.dtype)
+    """transformers' Llama/Qwen2 RMS norm (float32 statistics, weight applied in the input dtype):
+    ``F.rms_norm`` computes a bf16 row's statistics in float32 and rounds once, as transformers does after
+    its explicit upcast (the same values, two ops fewer)."""
+    return norm.weight * F.rms_norm(x, x.shape[-1:], None, norm.variance_epsilon)
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding of ``x`` ``[B, heads, 1, d]``, as transformers' ``apply_rotary_pos_emb``."""
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding of ``x`` ``[B, heads, 1, d]``, as transformers' ``apply_rotary_pos_emb``: its
+    ``rotate_half(x)`` is ``x`` rolled by half a head with the first half negated, a sign ``signed_sin``
+    carries (``LeanDecode._rotation_sign``); the same values in four ops instead of seven."""
+    return x * cos + x.roll(x.shape[-1] // 2, -1) * signed_sin

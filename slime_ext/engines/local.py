@@ -196,7 +196,7 @@ class LocalEngine:
             log.info("one stream reads the checkpoint's 4-bit weights through the bf16 int4 kernel (the rest is "
                      "float32): recorded log-probs are then as close as a bf16 engine's (docs/engine.md, 'dtype')")
         if self._packed is not None and self._lean is not None:
-            self._lean.int4 = self._packed.int4
+            self._lean.int4_steps = self._packed.steps
 
     # ----------------------------------------------------------------- public API
     @property
