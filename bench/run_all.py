@@ -21,6 +21,7 @@ HERE = Path(__file__).resolve().parent
 BENCHMARKS = {
     "proxy_overhead": [],
     "generation_throughput": [],
+    "decode_step": [],
     "prefill_interference": [],
     "learning_latency": [],
     "backlog_drops": [],
@@ -37,6 +38,7 @@ BENCHMARKS = {
 QUICK = {
     "proxy_overhead": ["--requests", "32", "--rounds", "2"],
     "generation_throughput": ["--concurrency", "1,8", "--max-tokens", "32", "--waves", "1"],
+    "decode_step": ["--rows", "1,8", "--steps", "10", "--runs", "2"],
     "prefill_interference": ["--prompt-tokens", "8000"],
     "learning_latency": ["--quick"],
     "backlog_drops": ["--quick"],
