@@ -164,6 +164,10 @@ def test_a_steps_decision_follows_swaps_adapters_and_hooks_at_once():
         model.a.weight.data = base
         packed.install_lora({})
         assert decided() == [True, True]
+        model.a.weight = torch.nn.Parameter(merged, requires_grad=False)  # a new Parameter, not a re-pointed one
+        assert decided() == [False, True]
+        model.a.weight = torch.nn.Parameter(base, requires_grad=False)
+        assert decided() == [True, True]
         packed.pack(["b"], in_place=True)  # b's weights changed in place: its packing is gone
         assert decided() == [True, False]
 
