@@ -1,13 +1,13 @@
 """Where the embedded engine's decode step goes: the lean body and the logits, timed alone, per batch size.
 
-Loads the model as the engine does on a CPU with native bf16 (bfloat16, linear layers packed for oneDNN, one row
-on the checkpoint's int4 weights: ``engines/packed.py``), but on this script's own thread, the only one that
-runs parallel work (as the engine's worker thread is). Then, for each number of rows, it prefills that many
-copies of a prompt of ``--context`` tokens and times ``--steps`` decode steps of ``LeanDecode`` (the body: the
-decoder layers and the final norm) and of the output layer with its float32 top-32 (``head_logits``), each the
-best of ``--runs`` runs. Sampling, the HTTP server and the batch bookkeeping are not in it: for what a user
-gets, see ``generation_throughput.py`` and ``vs_llamacpp.py``. Prints a table and writes
-``bench/results/decode_step.json``. Nothing is asserted.
+Loads the model with the engine's decode paths as it wires them on a CPU with native bf16 (``decode_paths``:
+bfloat16, linear layers packed for oneDNN, one row on the checkpoint's int4 weights), but on this script's own
+thread, the only one that runs parallel work (as the engine's worker thread is). Then, for each number of rows,
+it prefills that many copies of a prompt of ``--context`` tokens and times ``--steps`` decode steps of
+``LeanDecode`` (the body: the decoder layers and the final norm) and of the output layer with its float32 top-32
+(``head_logits``), each the best of ``--runs`` runs. Sampling, the HTTP server and the batch bookkeeping are
+not in it: for what a user gets, see ``generation_throughput.py`` and ``vs_llamacpp.py``. Prints a table and
+writes ``bench/results/decode_step.json``. Nothing is asserted.
 
   python bench/decode_step.py                          # smollm2-135m, 1 / 8 / 16 rows, 2 threads
   python bench/decode_step.py --rows 1 --context 1000
@@ -51,18 +51,17 @@ async def run(args: argparse.Namespace) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from slime_ext.engines.decode import lean_decoder
-    from slime_ext.engines.packed import PackedLinears, pack_weight
+    from slime_ext.engines.local import decode_paths
+    from slime_ext.engines.packed import pack_weight
     from slime_ext.models import resolve_model
 
     torch.set_num_threads(args.threads)
     model = AutoModelForCausalLM.from_pretrained(str(resolve_model(args.model)), dtype=torch.bfloat16).eval()
     model.requires_grad_(False)
-    lean = lean_decoder(model)
-    if lean is None:
-        raise SystemExit(f"{args.model}: not an architecture the lean decode step knows (engines/decode.py)")
-    packed = PackedLinears(model, groups=lean.groups)
-    lean.int4_steps = packed.steps
+    lean, packed = decode_paths(model, "bf16")  # as the engine wires them on a CPU with native bf16
+    if lean is None or packed is None:
+        raise SystemExit(f"{args.model}: not an architecture the lean decode step knows (engines/decode.py), "
+                         "or this torch build has no oneDNN packing")
     head = model.get_output_embeddings().weight
     head_packed, head_fp32 = pack_weight(head), head.float()
     levels = {}

@@ -46,7 +46,7 @@ from typing import Any, AsyncIterator, Sequence
 
 from slime_ext.engines.base import EngineError, SamplingParams, TokenOut
 from slime_ext.engines.cores import CoreShare
-from slime_ext.engines.decode import lean_decoder
+from slime_ext.engines.decode import LeanDecode, lean_decoder
 from slime_ext.engines.packed import PackedLinears, head_logits, pack_weight, packing_available
 from slime_ext.engines.prefix_cache import PrefixCache
 from slime_ext.engines.sampling import sample_token
@@ -182,21 +182,12 @@ class LocalEngine:
                                                           attn_implementation=attn_implementation).to(self.device)
         self.model.eval()
         self.model.requires_grad_(False)
-        self._lean = lean_decoder(self.model)  # None: transformers' forward decodes (engines/decode.py)
-        if not (pack_weights and packing_available()):
-            return
-        groups = self._lean.groups if self._lean else ()
-        if self._pack_bf16:
-            self._packed = PackedLinears(self.model, groups=groups)
-        elif self._int4_float32:
-            self._packed = PackedLinears(self.model, groups=groups, bf16=False)
-            if not self._packed.has_int4:  # not a 4-bit checkpoint: nothing to serve differently
-                self._packed = None
-                return
-            log.info("one stream reads the checkpoint's 4-bit weights through the bf16 int4 kernel (the rest is "
-                     "float32): recorded log-probs are then as close as a bf16 engine's (docs/engine.md, 'dtype')")
-        if self._packed is not None and self._lean is not None:
-            self._lean.int4_steps = self._packed.steps
+        packing = None
+        if pack_weights and self._pack_bf16:
+            packing = "bf16"
+        elif pack_weights and self._int4_float32:
+            packing = "int4"
+        self._lean, self._packed = decode_paths(self.model, packing)
 
     # ----------------------------------------------------------------- public API
     @property
@@ -677,6 +668,27 @@ class LocalEngine:
 
 _NO_FROZEN_BASE = ("frozen_base: a full-weight update replaced the base weights, so there is no frozen base "
                    "model to sample from (the self judge needs LoRA training)")
+
+
+def decode_paths(model, packing: str | None) -> tuple[LeanDecode | None, PackedLinears | None]:
+    """A loaded model's fast decode paths: its lean decode step (None: transformers' forward decodes,
+    engines/decode.py) and its packed linear layers (engines/packed.py), wired into the lean step for one row.
+    ``packing``: "bf16" (a CPU with native bf16: packed bf16 layers, one row on a 4-bit checkpoint's int4
+    weights), "int4" (a float32 model: only that one-row int4 path, and nothing where the checkpoint is not
+    4-bit) or None (no packing)."""
+    lean = lean_decoder(model)
+    if packing is None or not packing_available():
+        return lean, None
+    groups = lean.groups if lean else ()
+    packed = PackedLinears(model, groups=groups, bf16=packing == "bf16")
+    if packing == "int4":
+        if not packed.has_int4:  # not a 4-bit checkpoint: nothing to serve differently
+            return lean, None
+        log.info("one stream reads the checkpoint's 4-bit weights through the bf16 int4 kernel (the rest is "
+                 "float32): recorded log-probs are then as close as a bf16 engine's (docs/engine.md, 'dtype')")
+    if lean is not None:
+        lean.int4_steps = packed.steps
+    return lean, packed
 
 
 def resolve_dtype(dtype: str, cpuinfo: str | None = None, device: str = "cpu",
