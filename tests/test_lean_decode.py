@@ -85,7 +85,7 @@ def test_the_norm_and_rotation_give_transformers_values_exactly_in_bfloat16():
     the attention and the linear layers sum in another order."""
     from transformers.models.llama.modeling_llama import LlamaRMSNorm, apply_rotary_pos_emb
 
-    from slime_ext.engines.decode import LeanDecode, _rms_norm, _rotate
+    from slime_ext.engines.decode import _rms_norm, _rotate, rotation_sign
 
     torch.manual_seed(0)
     norm = LlamaRMSNorm(96, eps=1e-5).bfloat16()
@@ -97,5 +97,5 @@ def test_the_norm_and_rotation_give_transformers_values_exactly_in_bfloat16():
     angles = torch.rand(1, 1, 1, 32) * 50
     cos, sin = (torch.cat([f(angles)] * 2, -1).bfloat16() for f in (torch.cos, torch.sin))
     want_q, want_k = apply_rotary_pos_emb(q, k, cos[0], sin[0], unsqueeze_dim=0)
-    signed = sin * LeanDecode._rotation_sign(sin)
+    signed = sin * rotation_sign(64, torch.bfloat16)
     assert torch.equal(_rotate(q, cos, signed), want_q) and torch.equal(_rotate(k, cos, signed), want_k)

@@ -91,6 +91,8 @@ class LeanDecode:
         # the module names of each group of linear layers this step computes together, four per layer
         self.groups = [lin.names for layer in self.layers for lin in (layer.qkv, layer.o, layer.gate_up, layer.down)]
         self.int4_steps: Int4Steps | None = None  # set by the engine where one row can read int4 weights
+        embed = inner.embed_tokens.weight
+        self.rotation_sign = rotation_sign(self.head_dim, embed.dtype).to(embed.device)  # see _rotate
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, cache: Any) -> torch.Tensor:
         """``input_ids`` and ``positions`` ``[B, 1]``; ``mask`` ``[B, L]`` (1: a real token, the new
@@ -100,7 +102,7 @@ class LeanDecode:
         b = input_ids.shape[0]
         x = inner.embed_tokens(input_ids[:, 0])  # [B, H]
         cos, sin = (t.view(b, 1, 1, d) for t in inner.rotary_emb(x, positions))
-        sin = sin * self._rotation_sign(sin)  # the sign of rotate_half, so that a rotation is one roll
+        sin = sin * self.rotation_sign  # the sign of rotate_half, so that a rotation is one roll
         attend = None if bool(mask.all()) else mask.bool()[:, None, None, :]  # [B, 1, 1, L]; None: no padding
         one_row = self.int4_steps is not None and b == 1
         steps = self.int4_steps(self.groups, x.dtype) if one_row else [None] * len(self.groups)
@@ -119,12 +121,6 @@ class LeanDecode:
         return _rms_norm(inner.norm, x)
 
     @staticmethod
-    def _rotation_sign(like: torch.Tensor) -> torch.Tensor:
-        """-1 over the first half of a head, +1 over the second (``_rotate``)."""
-        half = like.shape[-1] // 2
-        return torch.cat([like.new_full((half,), -1.0), like.new_ones(like.shape[-1] - half)])
-
-    @staticmethod
     def _project(lin: Linears, step: Callable[[torch.Tensor], torch.Tensor] | None, x: torch.Tensor) -> torch.Tensor:
         if step is not None:
             return step(x)
@@ -140,8 +136,14 @@ def _rms_norm(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return norm.weight * F.rms_norm(x, x.shape[-1:], None, norm.variance_epsilon)
 
 
+def rotation_sign(head_dim: int, dtype: torch.dtype) -> torch.Tensor:
+    """-1 over the first half of a head, +1 over the second (``_rotate``)."""
+    half = head_dim // 2
+    return torch.cat([torch.full((half,), -1.0, dtype=dtype), torch.ones(head_dim - half, dtype=dtype)])
+
+
 def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
     """Rotary embedding of ``x`` ``[B, heads, 1, d]``, as transformers' ``apply_rotary_pos_emb``: its
     ``rotate_half(x)`` is ``x`` rolled by half a head with the first half negated, a sign ``signed_sin``
-    carries (``LeanDecode._rotation_sign``); the same values in four ops instead of seven."""
+    carries (``rotation_sign``); the same values in four ops instead of seven."""
     return x * cos + x.roll(x.shape[-1] // 2, -1) * signed_sin
