@@ -89,7 +89,8 @@ class LeanDecode:
         self.kv_heads = attn.k_proj.out_features // self.head_dim
         self.intermediate = inner.layers[0].mlp.gate_proj.out_features
         # the module names of each group of linear layers this step computes together, four per layer
-        self.groups = [lin.names for layer in self.layers for lin in (layer.qkv, layer.o, layer.gate_up, layer.down)]
+        self.groups = [lin.names for layer in self.layers
+                       for lin in (layer.qkv, layer.o, layer.gate_up, layer.down)]
         self.int4_steps: Int4Steps | None = None  # set by the engine where one row can read int4 weights
         embed = inner.embed_tokens.weight
         self.rotation_sign = rotation_sign(self.head_dim, embed.dtype).to(embed.device)  # see _rotate

@@ -5,10 +5,11 @@ held-out evaluation around both. A readable top-to-bottom loop, like a torchtune
     sft(...)       the warm start (``SftConfig``): the train split's demonstrations (``envs/demos.py``) ->
                    ``steps`` optimizer steps of NLL on the agent's tokens -> ``out_dir/adapter``
     train(...)     (``TrainConfig``) ``steps`` rounds of: ``episodes`` episodes on train tasks
-                   (``episodes / group_size`` tasks, each played ``group_size`` times) -> GRPO advantages, constant groups dropped -> one policy
-                   step (pi_old re-scored by the trainer first) -> the new adapter swapped into the engine, then
-                   kept only if the check slice (train tasks RL never samples, played greedily) does not drop by
-                   more than one task; ``init``: start from the warm start's adapter
+                   (``episodes / group_size`` tasks, each played ``group_size`` times) -> GRPO advantages,
+                   constant groups dropped -> one policy step (pi_old re-scored by the trainer first) -> the new
+                   adapter swapped into the engine, then kept only if the check slice (train tasks RL never
+                   samples, played greedily) does not drop by more than one task; ``init``: start from the warm
+                   start's adapter
 
 An episode *succeeds* when its reward is 1.0 (every check passed). Progress goes to stderr, one line per
 step; ``sft`` and ``train`` write ``metrics.jsonl``, a plot and their adapters under ``out_dir``. The same
@@ -331,8 +332,8 @@ def write_demonstrations(settings: RunSettings, path: Path) -> tuple[Path, Any, 
 def sft(settings: RunSettings, out_dir: Path, config: SftConfig = SftConfig()) -> list[dict[str, Any]]:
     """The warm start: the train split's scripted solutions, played through the environment (``envs/demos.py``,
     written to ``demos.jsonl``), ``config.steps`` optimizer steps of ``config.batch_size`` of them (passes in a new
-    order each), the loss on the agent's tokens only; the LoRA adapter goes to ``out_dir/adapter`` (what ``env train --init`` and ``env eval --adapter`` take). One metrics
-    dict per optimizer step (``metrics.jsonl``)."""
+    order each), the loss on the agent's tokens only; the LoRA adapter goes to ``out_dir/adapter`` (what ``env
+    train --init`` and ``env eval --adapter`` take). One metrics dict per optimizer step (``metrics.jsonl``)."""
     import torch
 
     from slime_ext.algorithms import sft_loss
