@@ -88,16 +88,23 @@ def grid_weight(out_f: int, in_f: int, seed: int) -> torch.Tensor:
     return (q * scale + low).reshape(out_f, in_f).bfloat16()
 
 
+def two_linears(b_out: int, b_bias: bool) -> torch.nn.Module:
+    """A model of two bf16 linear layers, ``a`` (96 -> 64, no bias) and ``b`` (96 -> ``b_out``), and no output
+    layer; the caller sets their weights."""
+    model = torch.nn.Module()
+    model.a = torch.nn.Linear(96, 64, bias=False).bfloat16()
+    model.b = torch.nn.Linear(96, b_out, bias=b_bias).bfloat16()
+    model.get_output_embeddings = lambda: None
+    return model
+
+
 def test_one_row_reads_int4_only_while_the_weight_is_the_4bit_checkpoints():
     from slime_ext.engines.packed import pack_int4
 
     assert pack_int4(grid_weight(64, 96, 0)) is not None
     assert pack_int4((torch.randn(64, 96) * 0.02).bfloat16()) is None  # full precision: never quantized
 
-    model = torch.nn.Module()
-    model.a = torch.nn.Linear(96, 64, bias=False).bfloat16()
-    model.b = torch.nn.Linear(96, 64, bias=False).bfloat16()
-    model.get_output_embeddings = lambda: None
+    model = two_linears(b_out=64, b_bias=False)
     with torch.no_grad():
         model.a.weight.copy_(grid_weight(64, 96, 1))
         model.b.weight.copy_((torch.randn(64, 96) * 0.02).bfloat16())
@@ -125,10 +132,7 @@ def test_a_steps_decision_follows_swaps_adapters_and_hooks_at_once():
     """``steps`` decides for every group in one pass what ``int4`` decides per call: a re-pointed weight, a
     dropped packing or a hook sends only that group to its modules, an adapter's term brings it back, and a
     dtype the kernel does not take sends every group; the decision is re-made as soon as any of these changes."""
-    model = torch.nn.Module()
-    model.a = torch.nn.Linear(96, 64, bias=False).bfloat16()
-    model.b = torch.nn.Linear(96, 32, bias=True).bfloat16()
-    model.get_output_embeddings = lambda: None
+    model = two_linears(b_out=32, b_bias=True)
     with torch.no_grad():
         model.a.weight.copy_(grid_weight(64, 96, 1))
         model.b.weight.copy_(grid_weight(32, 96, 2))
