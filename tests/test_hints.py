@@ -182,6 +182,10 @@ def test_select_hint_rejects_bad_arguments():
         ("Don\u2019t repeat the question.", "Don't repeat the question."),  # curly apostrophe
         # standing preferences: the hint is the preference itself, without the user's framing
         ("From now on, start every answer with 'Sure!'", "Start every answer with 'Sure!'."),
+        # the other verbs of an opening or an ending
+        ("Prefix every answer with 'A:'", "Prefix every answer with 'A:'."),
+        ("Please preface your replies with \"Note:\"", "Preface your replies with \"Note:\"."),
+        ("Wrap up every answer with 'Hope this helps!'", "Wrap up every answer with 'Hope this helps!'."),
         ("I wanted just the number.", "Give just the number."),
         ("can you keep answers to one sentence going forward", "Keep answers to one sentence."),
         ("I'd prefer if you gave temperatures in Fahrenheit.", "Give temperatures in Fahrenheit."),

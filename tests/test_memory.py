@@ -139,6 +139,9 @@ def test_the_memory_is_on_by_default_and_off_never_serves_it(make_server, tmp_pa
     (["Start every answer with 'So,'."], "Begin each reply with 'Well,'.", ["Begin each reply with 'Well,'."]),
     (["Keep answers under ten words."], "Give detailed answers from now on.", ["Give detailed answers from now on."]),
     (["Answer in French.", "Use bullet points."], "Reply in Spanish.", ["Use bullet points.", "Reply in Spanish."]),
+    (["Start every answer with 'So,'."], "Prefix every answer with 'A:'.", ["Prefix every answer with 'A:'."]),
+    (["Always lead with a summary."], "Kick off every reply with 'Well,'.", ["Kick off every reply with 'Well,'."]),
+    (["End every answer with 'Cheers!'."], "Always sign off with '-- Bot'.", ["Always sign off with '-- Bot'."]),
     (["Always cite sources."], "Answer in French.", ["Always cite sources.", "Answer in French."]),  # no contradiction
 ])
 def test_a_newer_standing_preference_replaces_an_older_one_about_the_same_thing(tmp_path, older, newer, kept):
@@ -163,7 +166,9 @@ def test_a_one_off_correction_replaces_nothing(tmp_path):
     ("Forget that.", "last"), ("never mind", "last"), ("OK, scratch that!", "last"), ("please forget what I said", "last"),
     ("Stop starting with 'So,'.", "matching"), ("Don't answer in French anymore.", "matching"),
     ("You can stop using bullet points", "matching"), ("no longer keep it short", "matching"),
+    ("No more French, please.", "matching"), ("no more emojis!", "matching"),
     ("Don't answer in French.", None), ("Forget that, the meeting is at 3.", None), ("Thanks!", None),
+    ("No more than three items, please.", None),  # a limit, not a retraction
     ("What is the capital of France?", None),
 ])
 def test_what_takes_a_preference_back(message, kind):
@@ -186,6 +191,18 @@ def test_forget_that_removes_what_was_just_stated_and_stop_removes_what_it_names
     assert store.retract_preferences("s2", 1, "last") == ["Always cite sources."]
     assert store.preferences("alice") == []
     assert [p["hint"] for p in store.preferences("bob")] == ["Start every answer with 'Hi,'."]  # never another's
+
+
+def test_no_more_takes_back_the_preference_it_names_and_only_that(tmp_path):
+    from slime_ext.chat.memory import retraction
+
+    store = Store(tmp_path / "run")
+    for i, hint in enumerate(["Answer in French.", "Always cite sources."]):
+        add_turn(store, f"s{i}", "alice")
+        judge(store, f"s{i}", hint)
+        add_turn(store, f"s{i}", "alice", idx=1)
+    assert store.retract_preferences("s1", 1, *retraction("No more French, please.")) == ["Answer in French."]
+    assert [p["hint"] for p in store.preferences("alice")] == ["Always cite sources."]
 
 
 def test_past_the_token_budget_the_oldest_preferences_are_left_out():
@@ -305,6 +322,11 @@ def test_placed_in_the_latest_user_message_the_recorded_prompt_is_still_what_was
     (["Open your replies with \u201cAhoy,\u201d."], "Ahoy,"),
     (["Start with 'Here's the deal:'."], "Here's the deal:"),
     (['Start your answers with the word "Indeed"'], "Indeed"),
+    (["Kick off every reply with 'Well,'."], "Well,"),
+    (["Prefix every answer with 'A:'."], "A:"),
+    (['Preface your replies with "Note:".'], "Note:"),
+    (["Always lead with 'TL;DR:'."], "TL;DR:"),
+    (["Lead with the conclusion."], None),  # no quotes
     (["Begin every answer with Hello."], None),  # no quotes: which words are the opening?
     (["Start with a summary."], None),
     (['When you write emails, start with "Dear Sir".'], None),  # not every answer

@@ -123,9 +123,14 @@ def without_memory(messages: list[dict[str, Any]], hints: list[str]) -> list[dic
 
 
 # ------------------------------------------------------------------ an opening the user quoted
-# "Start every answer with 'So,'": the verb, up to 40 characters, "with" ("with the word"), then a literal in quotes (straight or curly; a
-# single-quoted one closes before a space, punctuation or the end, so "Here's" stays inside)
-_OPENING = re.compile(r"\b(start|begin|open)(s|ing)?\b.{0,40}?\bwith\s*(the\s+(word|words|phrase|line|greeting)\s*:?\s*)?(\"(?P<d>[^\"\n]{1,60})\"|\u201c(?P<c>[^\u201d\n]{1,60})\u201d"
+# The verbs that ask for an answer's first words ("start", "begin", "open", "lead", "kick off", "prefix", "preface"),
+# in any of their forms; the preference's aspect (below) and the opening share them
+OPENING_VERBS = (r"\b(?:(?:start|begin|open|lead|prefix)(?:s|es|ed|ing)?|prefac(?:e|es|ed|ing)"
+                 r"|kick(?:s|ed|ing)?\s+off)\b")
+# "Start every answer with 'So,'": the verb, up to 40 characters, "with" ("with the word"), then a literal in quotes
+# (straight or curly; a single-quoted one closes before a space, punctuation or the end, so "Here's" stays inside)
+_OPENING = re.compile(OPENING_VERBS + r".{0,40}?\bwith\s*(the\s+(word|words|phrase|line|greeting)\s*:?\s*)?"
+                      r"(\"(?P<d>[^\"\n]{1,60})\"|\u201c(?P<c>[^\u201d\n]{1,60})\u201d"
                       r"|['\u2018](?P<s>[^\n]{1,60}?)['\u2019](?=[\s.,;:!?)]|$))", re.I)
 _CONDITIONAL = re.compile(r"\b(when|whenever|if|unless|only|except)\b", re.I)
 
@@ -150,8 +155,9 @@ def opening(hints: Sequence[str]) -> str | None:
 LANGUAGES = ("english", "french", "german", "spanish", "italian", "portuguese", "dutch", "russian", "chinese",
              "mandarin", "japanese", "korean", "arabic", "hindi", "turkish", "polish", "swedish", "latin", "greek")
 ASPECTS = (  # (aspect, pattern): two standing preferences of one aspect contradict; the newer one stays
-    ("opening", r"\b(start|begin|open)(s|ing)?\b.{0,40}\bwith\b|\bfirst (word|line)\b"),
-    ("ending", r"\b(end|finish|close|conclude)(s|ing)?\b.{0,40}\bwith\b|\blast (word|line)\b"),
+    ("opening", OPENING_VERBS + r".{0,40}\bwith\b|\bfirst (word|line)\b"),
+    ("ending", r"\b(end|finish|close|conclude|sign(s|ed|ing)? off|wrap(s|ped|ping)? up)(s|ing)?\b.{0,40}\bwith\b"
+               r"|\blast (word|line)\b"),
     ("language", r"\b(in|into|use|using|speak|speaking)\s+(" + "|".join(LANGUAGES) + r")\b"),
     ("format", r"\b(bullet|bulleted|numbered|list|lists|json|markdown|table|tables|code block|plain text)\b"),
     ("length", r"\b(short|shorter|brief|briefly|concise|long|longer|detailed|verbose|length|lengthy|in depth|"
@@ -165,9 +171,10 @@ FORGET_LAST = re.compile(r"^\W*(ok(ay)?\W+)?(please\W+)?(forget (that|it|this|wh
                          r"|scratch that|disregard (that|my last)|ignore (that|my last)( (instruction|preference|request))?)"
                          r"\W*$", re.I)
 STOP = re.compile(r"^\W*(ok(ay)?\W+)?(please\W+)?(you can\W+)?"
-                  r"(?P<verb>stop|quit|no longer|don'?t|do not|forget about)\s+(?P<what>.+?)(\s+any ?more)?\W*$", re.I | re.S)
+                  r"(?P<verb>stop|quit|no longer|no more(?!\s+than\b)|don'?t|do not|forget about)"
+                  r"\s+(?P<what>.+?)(\s+any ?more)?\W*$", re.I | re.S)
 STOPWORDS = frozenset("the a an and or to of in on at with your my me you it that this do doing please any more anymore "
-                      "answer answers answering reply replies respond every each all from now".split())
+                      "answer answers answering reply replies respond every each all from now thanks thank".split())
 
 
 def preference_aspect(text: str) -> str | None:

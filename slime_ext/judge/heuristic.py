@@ -214,7 +214,8 @@ _DIRECTIVE = _rx(
     # an instruction about the form of the answer: "Start your answer with Sure!", "Answer in one sentence",
     # "Write in lowercase", "Talk to me like a friend", "In one sentence please"
     r"^\W*(?:(?:please|pls|ok|okay|and|also|now|just|can you|could you|would you)\W+)*(?:start|begin|end|finish"
-    r"|close|open|sign off|answer|reply|respond|write|talk|speak|explain|say)\s+(?:(?:it|that|this|to me|your \w+"
+    r"|close|open|lead|prefix|preface|kick off|wrap up|sign off|answer|reply|respond|write|talk|speak|explain|say)"
+    r"\s+(?:(?:it|that|this|to me|your \w+"
     r"|everything|all of it|(?:each|every|the|all) (?:\w+ )?\w+)\s+)?(?:with|in|using|by|like|as)\b",
     r"^\W*(?:in|without|using|with only)\s+(?:one|two|three|a single|\d+|fewer|less|plain|simple|bullet)\b",
     # the form named first: "In French please", "All caps please", "Use bullet points", "Put it in a table",
@@ -473,6 +474,7 @@ _ANYWHERE_CUE = re.compile(
 # A weak cue (a hint only from a message scored -1): a clause that opens with an instruction verb.
 _INSTRUCTION_VERB = re.compile(
     r"(?:include|add|give|write|answer|reply|respond|keep|make|put|start|begin|end|finish|sign|call|show|skip|list"
+    r"|lead|prefix|preface|kick off|wrap up"
     r"|summari[sz]e|explain|tell|recommend|suggest|round|format|mention|translate|say|try|redo|rewrite|sort"
     r"|cite|prefer|remove|drop|leave|cut|focus|stick|send|the user|without|talk|speak|less|more|fewer"
     rf"|{_FORMAT_VERBS})\b"
