@@ -186,6 +186,12 @@ def test_select_hint_rejects_bad_arguments():
         ("Prefix every answer with 'A:'", "Prefix every answer with 'A:'."),
         ("Please preface your replies with \"Note:\"", "Preface your replies with \"Note:\"."),
         ("Wrap up every answer with 'Hope this helps!'", "Wrap up every answer with 'Hope this helps!'."),
+        # a standing preference said of the answers themselves, or by "make ..."
+        ("Every answer should start with 'Well,'", "Every answer should start with 'Well,'."),
+        ("Your replies must be in French.", "Your replies must be in French."),
+        ("Make your replies start with 'OK:' please", "Make your replies start with 'OK:'."),  # not an "OK"
+        ("Please keep all future answers short.", "Keep all future answers short."),
+        ("Be succinct going forward.", "Be succinct."),
         ("I wanted just the number.", "Give just the number."),
         ("can you keep answers to one sentence going forward", "Keep answers to one sentence."),
         ("I'd prefer if you gave temperatures in Fahrenheit.", "Give temperatures in Fahrenheit."),

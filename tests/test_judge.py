@@ -166,6 +166,8 @@ def test_prompt_keeps_steps_after_the_request_in_order():
         ("What about Germany?", "user", 0),
         # standing preferences are corrections, never +1, whatever thanks come with them
         ("From now on, start every answer with 'Sure!'", "user", -1),
+        ("Make your replies start with 'OK:' please", "user", -1),  # the quoted "OK" is not an approval
+        ("Your answers should begin with \"Sure thing!\"", "user", -1),
         ("please always end with a question", "user", -1),
         ("I wanted just the number.", "user", -1),
         ("next time, skip the intro", "user", -1),

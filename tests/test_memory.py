@@ -142,6 +142,10 @@ def test_the_memory_is_on_by_default_and_off_never_serves_it(make_server, tmp_pa
     (["Start every answer with 'So,'."], "Prefix every answer with 'A:'.", ["Prefix every answer with 'A:'."]),
     (["Always lead with a summary."], "Kick off every reply with 'Well,'.", ["Kick off every reply with 'Well,'."]),
     (["End every answer with 'Cheers!'."], "Always sign off with '-- Bot'.", ["Always sign off with '-- Bot'."]),
+    (["Say 'Hi' at the start of every answer."], "Always begin by saying 'Hello!'.",
+     ["Always begin by saying 'Hello!'."]),
+    (["Always end with 'Bye'."], "Add 'Cheers!' at the end of every answer.",
+     ["Add 'Cheers!' at the end of every answer."]),
     (["Always cite sources."], "Answer in French.", ["Always cite sources.", "Answer in French."]),  # no contradiction
 ])
 def test_a_newer_standing_preference_replaces_an_older_one_about_the_same_thing(tmp_path, older, newer, kept):
@@ -326,6 +330,12 @@ def test_placed_in_the_latest_user_message_the_recorded_prompt_is_still_what_was
     (["Prefix every answer with 'A:'."], "A:"),
     (['Preface your replies with "Note:".'], "Note:"),
     (["Always lead with 'TL;DR:'."], "TL;DR:"),
+    (["Always begin by saying 'Great question!'."], "Great question!"),
+    (["Say 'Howdy' at the start of every answer."], "Howdy"),
+    (["Put 'TL;DR:' at the beginning of each reply."], "TL;DR:"),
+    (["Every answer should start with 'Well,'."], "Well,"),
+    (["Include a summary at the start of every answer."], None),  # no quotes
+    (["Add 'Note:' at the end of every answer."], None),  # an ending
     (["Lead with the conclusion."], None),  # no quotes
     (["Begin every answer with Hello."], None),  # no quotes: which words are the opening?
     (["Start with a summary."], None),

@@ -127,11 +127,21 @@ def without_memory(messages: list[dict[str, Any]], hints: list[str]) -> list[dic
 # in any of their forms; the preference's aspect (below) and the opening share them
 OPENING_VERBS = (r"\b(?:(?:start|begin|open|lead|prefix)(?:s|es|ed|ing)?|prefac(?:e|es|ed|ing)"
                  r"|kick(?:s|ed|ing)?\s+off)\b")
-# "Start every answer with 'So,'": the verb, up to 40 characters, "with" ("with the word"), then a literal in quotes
-# (straight or curly; a single-quoted one closes before a space, punctuation or the end, so "Here's" stays inside)
-_OPENING = re.compile(OPENING_VERBS + r".{0,40}?\bwith\s*(the\s+(word|words|phrase|line|greeting)\s*:?\s*)?"
-                      r"(\"(?P<d>[^\"\n]{1,60})\"|\u201c(?P<c>[^\u201d\n]{1,60})\u201d"
-                      r"|['\u2018](?P<s>[^\n]{1,60}?)['\u2019](?=[\s.,;:!?)]|$))", re.I)
+# Where the words go when the verb does not say it: "... at the start of every answer", "at the beginning of"
+OPENING_PLACE = r"\b(?:at|in) the (?:very )?(?:start|beginning|top) of\b"
+# A literal in quotes (straight or curly; a single-quoted one closes before a space, punctuation or the end, so
+# "Here's" stays inside)
+_QUOTED = (r"(\"(?P<d>[^\"\n]{1,60})\"|\u201c(?P<c>[^\u201d\n]{1,60})\u201d"
+           r"|['\u2018](?P<s>[^\n]{1,60}?)['\u2019](?=[\s.,;:!?)]|$))")
+_OPENING = (
+    # "Start every answer with 'So,'", "begin by saying 'Hi'": the verb, up to 40 characters, "with" ("with the
+    # word") or "by saying", then the literal
+    re.compile(OPENING_VERBS + r".{0,40}?\b(?:with|by (?:saying|writing))\s*"
+               r"(the\s+(word|words|phrase|line|greeting)\s*:?\s*)?" + _QUOTED, re.I),
+    # "Say 'Howdy' at the start of every answer", "put 'TL;DR:' at the beginning of each reply"
+    re.compile(r"\b(?:say|put|write|add|place|use|include)\s+(the\s+(word|words|phrase|line|greeting)\s*)?"
+               + _QUOTED + r"\s*" + OPENING_PLACE, re.I),
+)
 _CONDITIONAL = re.compile(r"\b(when|whenever|if|unless|only|except)\b", re.I)
 
 
@@ -142,7 +152,7 @@ def opening(hints: Sequence[str]) -> str | None:
     answer's first tokens and the model continues after it (``--memory-opening``): a 135M model told in its system
     message never opens with "So," (docs/learning.md, "The preference memory")."""
     for hint in reversed(list(hints)):
-        m = _OPENING.search(hint)
+        m = next((m for rx in _OPENING if (m := rx.search(hint))), None)
         if m is None or _CONDITIONAL.search(hint):
             continue
         text = (m["d"] or m["c"] or m["s"]).strip()
@@ -155,9 +165,9 @@ def opening(hints: Sequence[str]) -> str | None:
 LANGUAGES = ("english", "french", "german", "spanish", "italian", "portuguese", "dutch", "russian", "chinese",
              "mandarin", "japanese", "korean", "arabic", "hindi", "turkish", "polish", "swedish", "latin", "greek")
 ASPECTS = (  # (aspect, pattern): two standing preferences of one aspect contradict; the newer one stays
-    ("opening", OPENING_VERBS + r".{0,40}\bwith\b|\bfirst (word|line)\b"),
+    ("opening", OPENING_VERBS + r".{0,40}\b(with|by (saying|writing))\b|\bfirst (word|line)\b|" + OPENING_PLACE),
     ("ending", r"\b(end|finish|close|conclude|sign(s|ed|ing)? off|wrap(s|ped|ping)? up)(s|ing)?\b.{0,40}\bwith\b"
-               r"|\blast (word|line)\b"),
+               r"|\blast (word|line)\b|\b(at|in) the (very )?(end|bottom) of\b"),
     ("language", r"\b(in|into|use|using|speak|speaking)\s+(" + "|".join(LANGUAGES) + r")\b"),
     ("format", r"\b(bullet|bulleted|numbered|list|lists|json|markdown|table|tables|code block|plain text)\b"),
     ("length", r"\b(short|shorter|brief|briefly|concise|long|longer|detailed|verbose|length|lengthy|in depth|"

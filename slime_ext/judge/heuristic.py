@@ -94,7 +94,8 @@ words made into an instruction for the teacher, or ``None``:
   not" (not "don't worry/mind"), "never" (not "never mind"), "always", "make sure",
   "answer/reply/respond with/in/only/using", "use", "just" (not "just wondering/curious/..."),
   "only" (not "only if/when/because"), "stop ...", "avoid ...", "keep it/the/your/answers ...",
-  "be more/less ...", "be concise/brief/specific/precise", or a clause that contains "you should",
+  "be more/less ...", "be concise/brief/specific/precise/succinct/terse/direct/to the point", "every
+  answer / your replies ... should/must ...", "make your answers ...", or a clause that contains "you should",
   "make sure", "instead", "shorter", "more concise", "too long / short / verbose / wordy", "keep it
   short/brief/simple", "less detail", "more detail", "less verbose/wordy".
 - Weak cues make a hint only when the message is a correction (``heuristic_vote`` scores it -1 or
@@ -162,7 +163,9 @@ _PREFERENCE = _rx(
     r"\bremember (?:that )?(?:i|i'm|my|to)\b", r"\bi (?:like|love|prefer|want|need) (?:\w+ )?(?:answers|replies|responses)\b", r"\bi(?:'d| would)? (?:prefer|rather)\b", r"\bmy preference\b",
     r"\b(?:it(?:'d| would|'s| is) be|would be|it'?s) (?:better|nicer|nice|great|good|ideal|easier) if\b",
     r"\bwhenever\b", r"\bevery (?:answer|reply|response|message|email|time)\b",
-    r"\ball your (?:answers|replies|responses)\b",
+    r"\ball your (?:answers|replies|responses)\b", r"\bfuture (?:answers|replies|responses|messages)\b",
+    r"\byour (?:answers|replies|responses) (?:should|must|need to|have to|ought to)\b",
+    r"^\W*(?:please\W+)?make (?:your|all|every|each) (?:\w+ )?(?:answers?|repl(?:y|ies)|responses?)\b",
     r"\b(?:all|every|each)\b[^.?!]{0,25}\byou (?:write|give|send|make|do|answer|recommend)\b",
     r"\bi(?:'d| would)? (?:really )?(?:like|love|prefer|appreciate) (?:it )?(?:when|if) you\b",
     r"\bi(?:'d| would)? (?:like|want|need) you to\b",
@@ -463,7 +466,10 @@ _START_CUE = re.compile(
     r"|(?:answer|reply|respond)\s+(?:with|in|only|using)\b|use\s+\w"
     r"|just\s+(?!(?:wondering|curious|checking|kidding|saying|asking)\b)\w|only\s+(?!(?:if|when|because)\b)\w"
     r"|stop\s+\w|avoid\s+\w|keep\s+(?:it|the|your|answers|replies|them)\b(?!\s+(?:up|coming)\b)|be\s+(?:more|less)\s+\w"
-    r"|be\s+(?:concise|brief|specific|precise)\b",
+    r"|be\s+(?:concise|brief|specific|precise|succinct|terse|direct|to the point)\b"
+    r"|(?:every|each|all|your|all (?:of )?your|(?:all )?future)\s+(?:future\s+)?(?:answers?|repl(?:y|ies)|responses?)"
+    r"\s+(?:should|must|need to|needs to|has to|have to|ought to)\b"
+    r"|make\s+(?:your|all|every|each)\s+(?:\w+\s+)?(?:answers?|repl(?:y|ies)|responses?)\s+\w",
     re.I,
 )
 _ANYWHERE_CUE = re.compile(
