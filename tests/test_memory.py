@@ -173,6 +173,8 @@ def test_a_one_off_correction_replaces_nothing(tmp_path):
     ("No more French, please.", "matching"), ("no more emojis!", "matching"),
     ("Don't answer in French.", None), ("Forget that, the meeting is at 3.", None), ("Thanks!", None),
     ("No more than three items, please.", None),  # a limit, not a retraction
+    ("You can go back to normal length.", "matching"), ("Actually, longer answers are fine now.", "matching"),
+    ("The answer is fine.", None),
     ("What is the capital of France?", None),
 ])
 def test_what_takes_a_preference_back(message, kind):
@@ -197,16 +199,23 @@ def test_forget_that_removes_what_was_just_stated_and_stop_removes_what_it_names
     assert [p["hint"] for p in store.preferences("bob")] == ["Start every answer with 'Hi,'."]  # never another's
 
 
-def test_no_more_takes_back_the_preference_it_names_and_only_that(tmp_path):
+@pytest.mark.parametrize("message, gone", [
+    ("No more French, please.", "Answer in French."),
+    ("OK, English is fine again.", "Answer in French."),
+    ("You can go back to normal length.", "Keep answers under ten words."),
+    ("Actually, longer answers are fine now.", "Keep answers under ten words."),
+])
+def test_a_message_that_relaxes_a_preference_takes_back_that_one_only(tmp_path, message, gone):
     from slime_ext.chat.memory import retraction
 
     store = Store(tmp_path / "run")
-    for i, hint in enumerate(["Answer in French.", "Always cite sources."]):
+    stated = ["Answer in French.", "Always cite sources.", "Keep answers under ten words."]
+    for i, hint in enumerate(stated):
         add_turn(store, f"s{i}", "alice")
         judge(store, f"s{i}", hint)
         add_turn(store, f"s{i}", "alice", idx=1)
-    assert store.retract_preferences("s1", 1, *retraction("No more French, please.")) == ["Answer in French."]
-    assert [p["hint"] for p in store.preferences("alice")] == ["Always cite sources."]
+    assert store.retract_preferences("s2", 1, *retraction(message)) == [gone]
+    assert [p["hint"] for p in store.preferences("alice")] == [h for h in stated if h != gone]
 
 
 def test_past_the_token_budget_the_oldest_preferences_are_left_out():

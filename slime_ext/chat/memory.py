@@ -183,6 +183,12 @@ FORGET_LAST = re.compile(r"^\W*(ok(ay)?\W+)?(please\W+)?(forget (that|it|this|wh
 STOP = re.compile(r"^\W*(ok(ay)?\W+)?(please\W+)?(you can\W+)?"
                   r"(?P<verb>stop|quit|no longer|no more(?!\s+than\b)|don'?t|do not|forget about)"
                   r"\s+(?P<what>.+?)(\s+any ?more)?\W*$", re.I | re.S)
+# "You can go back to normal length", "longer answers are fine now": what was asked for is no longer wanted
+RELAX = re.compile(r"^\W*(?:(?:ok(?:ay)?|actually|well|so|and)\W+)*(?:you can\W+)?(?:"
+                   r"(?:go|get|switch) back to\s+(?P<back>(?:normal|usual|regular|default|your (?:normal|usual|old|default))"
+                   r"\b.*?)|(?P<fine>.+?)\s+(?:is|are)\s+(?:fine|ok(?:ay)?|allowed|welcome)\s+(?:now|again))\W*$",
+                   re.I | re.S)
+_LANGUAGE = re.compile(r"\b(" + "|".join(LANGUAGES) + r")\b", re.I)
 STOPWORDS = frozenset("the a an and or to of in on at with your my me you it that this do doing please any more anymore "
                       "answer answers answering reply replies respond every each all from now thanks thank".split())
 
@@ -197,12 +203,16 @@ def preference_aspect(text: str) -> str | None:
 def retraction(message: str) -> tuple[str, str] | None:
     """Does the user's message take a preference back? ``("last", "")`` for "forget that" / "never mind",
     ``("matching", what)`` for "stop starting with 'So,'" / "don't answer in French anymore" / "no longer
-    ...", else None. "Don't X" alone states a new preference; it takes one back only with "anymore"."""
+    ...", "no more ...", "you can go back to normal length", "longer answers are fine now", else None. "Don't X"
+    alone states a new preference; it takes one back only with "anymore"."""
     text = message.strip()
     if len(text) > 300:
         return None
     if FORGET_LAST.match(text):
         return "last", ""
+    relaxed = RELAX.match(text)
+    if relaxed:
+        return "matching", relaxed["back"] or relaxed["fine"]
     m = STOP.match(text)
     if not m:
         return None
@@ -213,7 +223,7 @@ def retraction(message: str) -> tuple[str, str] | None:
 
 def matches(preference: str, what: str) -> bool:
     """Does "stop <what>" name this preference: the same aspect, or, where ``what`` has none, a word in common?"""
-    aspect = preference_aspect(what)
+    aspect = preference_aspect(what) or ("language" if _LANGUAGE.search(what) else None)  # "English is fine now"
     if aspect is not None:
         return preference_aspect(preference) == aspect
     words = {w for w in re.findall(r"[a-z']+", what.lower()) if len(w) > 2 and w not in STOPWORDS}
