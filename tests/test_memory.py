@@ -175,6 +175,11 @@ def test_a_one_off_correction_replaces_nothing(tmp_path):
     ("No more than three items, please.", None),  # a limit, not a retraction
     ("You can go back to normal length.", "matching"), ("Actually, longer answers are fine now.", "matching"),
     ("The answer is fine.", None),
+    ("Undo that.", "last"), ("Forget my last instruction.", "last"),
+    ("Forget what I said about French.", "matching"), ("Ignore my earlier instruction about emojis.", "matching"),
+    ("Drop the French.", "matching"), ("Never mind the 'So,' thing.", "matching"),
+    ("You no longer have to start with So.", "matching"), ("No need to keep it short anymore.", "matching"),
+    ("Cancel my 3 pm meeting with the French team", None), ("You don't need to apologize.", None),
     ("What is the capital of France?", None),
 ])
 def test_what_takes_a_preference_back(message, kind):
@@ -204,6 +209,8 @@ def test_forget_that_removes_what_was_just_stated_and_stop_removes_what_it_names
     ("OK, English is fine again.", "Answer in French."),
     ("You can go back to normal length.", "Keep answers under ten words."),
     ("Actually, longer answers are fine now.", "Keep answers under ten words."),
+    ("Forget what I said about French.", "Answer in French."),
+    ("Drop the word limit.", "Keep answers under ten words."),
 ])
 def test_a_message_that_relaxes_a_preference_takes_back_that_one_only(tmp_path, message, gone):
     from slime_ext.chat.memory import retraction

@@ -178,8 +178,20 @@ ASPECTS = (  # (aspect, pattern): two standing preferences of one aspect contrad
 )
 _ASPECTS = [(name, re.compile(pattern, re.I)) for name, pattern in ASPECTS]
 FORGET_LAST = re.compile(r"^\W*(ok(ay)?\W+)?(please\W+)?(forget (that|it|this|what i (just )?(said|asked))|never\s?mind"
-                         r"|scratch that|disregard (that|my last)|ignore (that|my last)( (instruction|preference|request))?)"
-                         r"\W*$", re.I)
+                         r"|scratch that|undo that|cancel that|take that back|(disregard|ignore|forget) (that|my last)"
+                         r"( (instruction|preference|request))?)\W*$", re.I)
+# The other ways to name what is taken back: "forget what I said about French", "ignore my earlier instruction
+# about emojis", "you no longer have to start with 'So,'", "you don't need to ... anymore", "no need to ...
+# anymore", and, kept short so that "cancel my 3 pm meeting" is not read as one, "drop the French", "never mind
+# the French thing", "disregard the length rule"
+TAKE_BACK = re.compile(
+    r"^\W*(?:(?:ok(?:ay)?|actually|please|and)\W+)*(?:you can\W+)?(?:"
+    r"(?:forget|ignore|disregard) (?:what i (?:said|told you|asked(?: for)?)|my (?:earlier |previous |last |old )?"
+    r"(?:instructions?|requests?|preferences?|rules?)) (?:about|on|regarding)\s+(?P<about>.+?)"
+    r"|(?:you )?no longer (?:need|have) to\s+(?P<longer>.+?)"
+    r"|(?:(?:you )?(?:don'?t|do not) (?:need|have) to|no need to)\s+(?P<anymore>.+?)\s+any ?more"
+    r"|(?:cancel|drop|never ?mind|disregard|ignore|scrap)\s+(?P<short>(?:the|that|your|my)\s+\S+(?:\s+\S+)?)"
+    r")(?:\s+any ?more)?\W*$", re.I | re.S)
 STOP = re.compile(r"^\W*(ok(ay)?\W+)?(please\W+)?(you can\W+)?"
                   r"(?P<verb>stop|quit|no longer|no more(?!\s+than\b)|don'?t|do not|forget about)"
                   r"\s+(?P<what>.+?)(\s+any ?more)?\W*$", re.I | re.S)
@@ -203,16 +215,17 @@ def preference_aspect(text: str) -> str | None:
 def retraction(message: str) -> tuple[str, str] | None:
     """Does the user's message take a preference back? ``("last", "")`` for "forget that" / "never mind",
     ``("matching", what)`` for "stop starting with 'So,'" / "don't answer in French anymore" / "no longer
-    ...", "no more ...", "you can go back to normal length", "longer answers are fine now", else None. "Don't X"
-    alone states a new preference; it takes one back only with "anymore"."""
+    ...", "no more ...", "you can go back to normal length", "longer answers are fine now", "forget what I said
+    about French", "drop the French" (``TAKE_BACK``), else None. "Don't X" alone states a new preference; it takes
+    one back only with "anymore"."""
     text = message.strip()
     if len(text) > 300:
         return None
     if FORGET_LAST.match(text):
         return "last", ""
-    relaxed = RELAX.match(text)
-    if relaxed:
-        return "matching", relaxed["back"] or relaxed["fine"]
+    named = RELAX.match(text) or TAKE_BACK.match(text)
+    if named:
+        return "matching", next(what for what in named.groups() if what).rstrip(".!?,;: ")
     m = STOP.match(text)
     if not m:
         return None
