@@ -1,7 +1,7 @@
 """Judge accuracy per class on the labelled follow-up set (``tests/data/followups.jsonl``).
 
 Runs each chosen judge backend over the set (or a per-class subset) and prints, per class and per
-split (``dev``: what the heuristic's rules were tuned on; ``test``, ``fresh``, ``fresh2``: held
+split (``dev``: what the heuristic's rules were tuned on; ``test``, ``fresh``, ``fresh2``, ``fresh3``: held
 out), the share of follow-ups judged with the expected score, the negatives judged +1, and the
 hints that state the expected instruction (``slime_ext.judge.evaluate.hint_matches``).
 

@@ -192,6 +192,9 @@ def test_select_hint_rejects_bad_arguments():
         ("Make your replies start with 'OK:' please", "Make your replies start with 'OK:'."),  # not an "OK"
         ("Please keep all future answers short.", "Keep all future answers short."),
         ("Be succinct going forward.", "Be succinct."),
+        # the framing taken off whole: "for future questions", "from here on out"
+        ("For future questions, skip the follow-up offers at the end.", "Skip the follow-up offers at the end."),
+        ("From here on out, round everything to whole numbers.", "Round everything to whole numbers."),
         ("I wanted just the number.", "Give just the number."),
         ("can you keep answers to one sentence going forward", "Keep answers to one sentence."),
         ("I'd prefer if you gave temperatures in Fahrenheit.", "Give temperatures in Fahrenheit."),

@@ -167,6 +167,12 @@ def test_prompt_keeps_steps_after_the_request_in_order():
         # standing preferences are corrections, never +1, whatever thanks come with them
         ("From now on, start every answer with 'Sure!'", "user", -1),
         ("Make your replies start with 'OK:' please", "user", -1),  # the quoted "OK" is not an approval
+        ("Thanks for all your answers!", "user", 1),  # thanks, not "all your answers ..." as a preference
+        ("Use metric units in all your answers.", "user", -1),
+        ("Use Latin American Spanish for all translations please.", "user", -1),
+        ("gracias :)", "user", 1), ("Smokey it is!", "user", 1), ("spot on", "user", 1),
+        ("that's pretty shallow", "user", -1), ("lame", "user", -1),
+        ("hmm ok", "user", 0),  # a shrug
         ("Your answers should begin with \"Sure thing!\"", "user", -1),
         ("please always end with a question", "user", -1),
         ("I wanted just the number.", "user", -1),
@@ -204,6 +210,10 @@ def test_heuristic_uses_the_request_for_rephrasing_and_new_requests():
     # the request again is a rephrasing even with a "please" or a "good" in it
     assert heuristic_vote("'good morning' in Spanish, please", "user", "Translate 'good morning' into Spanish.") == -1
     assert heuristic_explain("17 times 23 = ?", "user", "What is 17 times 23?")[1].startswith("same_request")
+    # numbers in words repeat the request's digits, and "percent" its "%"
+    assert heuristic_explain("what is fifteen percent of eighty", "user", "What's 15% of 80?")[1].startswith(
+        "same_request")
+    assert heuristic_vote("and twenty percent of ninety?", "user", "What's 15% of 80?") == 1  # a new question
 
 
 # ---------------------------------------------------------------- the runner

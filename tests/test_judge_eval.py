@@ -1,8 +1,8 @@
 """The heuristic judge on the labelled follow-up set (``tests/data/followups.jsonl``).
 
-405 realistic follow-ups in 13 classes (thanks, approval, moving on, follow-up, correction, standing
+450 realistic follow-ups in 13 classes (thanks, approval, moving on, follow-up, correction, standing
 preference, redo, complaint, "thanks, but ...", rephrase, tool error, tool success, ambiguous), written
-before the rules were tuned; ``dev`` rows were tuned on, ``test``, ``fresh`` and ``fresh2`` rows held
+before the rules were tuned; ``dev`` rows were tuned on, ``test``, ``fresh``, ``fresh2`` and ``fresh3`` rows held
 out (docs/learning.md has the figures and the first look at each part). The bar: >= 0.95
 overall (and on each part), no negative follow-up judged +1, and the hint of a standing preference
 (or of a "thanks, but ...", a redo with an instruction) is the preference itself (``hint_matches``).
@@ -29,7 +29,7 @@ DATA = Path(__file__).parent / "data" / "followups.jsonl"
 MIN_ACCURACY = 0.95
 MIN_PREFERENCE_HINTS = 0.9  # preferences, "thanks, but ..." and redo requests that carry an instruction
 HINTED_CLASSES = ("preference", "thanks_but", "redo")
-SPLITS = ("dev", "test", "fresh", "fresh2")
+SPLITS = ("dev", "test", "fresh", "fresh2", "fresh3")
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 The set (``tests/data/followups.jsonl``, one JSON object a line) holds realistic messages a user
 sends after an assistant's answer (or a tool's result), each with the request it follows, the
 reply, the expected score (``label``: +1 / 0 / -1), a ``cls`` (thanks, preference, tool_error,
-...), a ``split`` (``dev``: the part rules were tuned on; ``test``, ``fresh``, ``fresh2``: held
+...), a ``split`` (``dev``: the part rules were tuned on; ``test``, ``fresh``, ``fresh2``, ``fresh3``: held
 out, each written later than the one before) and, where the message carries an instruction, the
 expected ``hint`` with its ``hint_keys``.
 

@@ -163,7 +163,13 @@ _PREFERENCE = _rx(
     r"\bremember (?:that )?(?:i|i'm|my|to)\b", r"\bi (?:like|love|prefer|want|need) (?:\w+ )?(?:answers|replies|responses)\b", r"\bi(?:'d| would)? (?:prefer|rather)\b", r"\bmy preference\b",
     r"\b(?:it(?:'d| would|'s| is) be|would be|it'?s) (?:better|nicer|nice|great|good|ideal|easier) if\b",
     r"\bwhenever\b", r"\bevery (?:answer|reply|response|message|email|time)\b",
-    r"\ball your (?:answers|replies|responses)\b", r"\bfuture (?:answers|replies|responses|messages)\b",
+    r"(?<!thanks for )(?<!thank you for )(?<!thx for )\ball your (?:answers|replies|responses)\b",
+    r"\bfuture (?:answers|replies|responses|messages)\b",
+    # "use metric units in all your answers", "Latin American Spanish for all translations" (not "thanks for all
+    # your answers")
+    r"\b(?:in (?:all|every|each|any) (?:(?:of )?your |future )?|for (?:all|every|each|any) (?:future )?)"
+    r"(?:answers?|repl(?:y|ies)|responses?|translations?|summar(?:y|ies)|emails?|messages?|explanations?|examples?"
+    r"|recipes?|lists?|code)\b",
     r"\byour (?:answers|replies|responses) (?:should|must|need to|have to|ought to)\b",
     r"^\W*(?:please\W+)?make (?:your|all|every|each) (?:\w+ )?(?:answers?|repl(?:y|ies)|responses?)\b",
     r"\b(?:all|every|each)\b[^.?!]{0,25}\byou (?:write|give|send|make|do|answer|recommend)\b",
@@ -240,7 +246,7 @@ _COMPLAINT = _rx(
     r"\bseriously\?",
     r"\byou (?:didn'?t|did not|haven'?t|never) (?:answer|listen|read|do)\b", r"\byou(?:'re| are) not\b",
     r"\byou keep\b", r"\berrors?\b", r"\bnon-?answer\b", r"\bfake\b", r"\bvague\b", r"\blazy\b",
-    r"\bsloppy\b",
+    r"\bsloppy\b", r"\bshallow\b", r"\bsuperficial\b", r"\blame\b", r"\birritating\b", r"\bpointless\b",
     r"\bcringe\b",
     r"\btoo (?:hard|difficult|easy|basic|advanced|vague|generic|little|many|few|slow|expensive)\b",
 )
@@ -253,6 +259,7 @@ _DEFERRAL = _rx(
     r"\blet me (?:check|think|see|look|try|get back)\b",
     r"\bi'?ll (?:think|check|see|get back|look into|try)\b",
     r"\bwe'?ll see\b", r"\bget back to you\b", r"\bhold on\b", r"\bbrb\b",
+    r"^\W*(?:hmm+|uh+|erm+|um+)\W+(?:ok(?:ay)?|fine|sure|alright)\W*$",  # "hmm ok": a shrug, not a yes
 )
 _APPROVAL = _rx(
     r"\bthanks?\b", r"\bthank (?:you|u)\b", r"\bthx\b", r"\bty\b", r"\bcheers\b", r"\bappreciated?\b",
@@ -264,6 +271,8 @@ _APPROVAL = _rx(
     r"\bsounds (?:right|great|perfect|fine|lovely|interesting)\b", r"\bcool\b", r"\bhelpful\b",
     r"\bwork(?:s|ed)\b",
     r"\blike a charm\b", r"\bdid the trick\b", r"\bfine\b", r"\byep\b", r"\bnot bad\b", r"\bmakes sense\b",
+    r"\b(?:gracias|merci|danke|grazie|obrigad[oa]|arigato|dank je)\b", r"\bspot on\b", r"\bnailed it\b",
+    r"^\W*[\w' -]{1,30} it is\W*$",  # "Smokey it is!": the user takes the suggestion
     "\U0001f44d", "\U0001f64f", "\u2764",
 )
 
@@ -314,9 +323,17 @@ def _content_words(text: str) -> set[str]:
     return {w for w in _WORD.findall(text) if len(w) > 2 and w not in _STOPWORDS}
 
 
+_NUMBER_WORDS = {w: str(i) for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen "
+    "eighteen nineteen twenty".split())} | {w: str(10 * i) for i, w in enumerate(
+        "thirty forty fifty sixty seventy eighty ninety".split(), start=3)} | {"hundred": "100", "thousand": "1000"}
+
+
 def _key_words(text: str) -> set[str]:
-    """Words of two letters or more and numbers, without stopwords: what a rephrasing repeats."""
-    return {w for w in _KEY_WORD.findall(text) if w not in _STOPWORDS}
+    """Words of two letters or more and numbers, without stopwords: what a rephrasing repeats. A number in words
+    is its digits, and "%" is "percent" ("what is fifteen percent of eighty" repeats "What's 15% of 80?")."""
+    words = _KEY_WORD.findall(text.replace("%", " percent "))
+    return {_NUMBER_WORDS.get(w, w) for w in words if w not in _STOPWORDS}
 
 
 def _normalize(text: str) -> str:
@@ -438,8 +455,9 @@ _DIRECTIVE_LEADS: tuple[tuple[re.Pattern[str], Replacement, str], ...] = (
     (re.compile(r"you (?:should|need to|must|have to|ought to)\s+(?!have\b)", re.I), "", "strong"),
     (re.compile(r"you (?:don't|do not) (?:need|have) to\s+", re.I), "don't ", "strong"),
     (re.compile(r"i(?:'d| would)? (?:like|want|need) you to\s+", re.I), "", "strong"),
-    (re.compile(rf"(?:{_NEXT_TIME}|(?:in|for) (?:the )?future|from (?:now|here)(?: on)?|from this point|henceforth"
-                r"|going forward|moving forward|for future \w+|instead(?!\s+of\b))\b[\s,:]*", re.I), "", "strong"),
+    (re.compile(rf"(?:{_NEXT_TIME}|for future \w+|(?:in|for) (?:the )?future|from (?:now|here)(?: on(?: out)?)?"
+                r"|from this point(?: on)?|henceforth|going forward|moving forward|instead(?!\s+of\b))\b[\s,:]*", re.I),
+     "", "strong"),
     (re.compile(r"remember(?: that)?\s+", re.I), "", "strong"),
     # first-person preferences, made imperative: the teacher gets the preference itself
     (re.compile(r"(?:i(?:'d| would)? (?:prefer|rather|like|love)(?: it)?(?: better)? (?:if|when|that) "
@@ -492,7 +510,8 @@ _INSTRUCTION_VERB = re.compile(
 _FACT = re.compile(r"\d|,\s*not\b", re.I)
 # Framing and politeness at the end of a hint: "Use a table next time, thanks" gives "Use a table."
 _TRAILING_FRAMING = re.compile(
-    r"(?:[\s,]+(?:please|pls|thanks|thank you|lol|haha|from now on|going forward|moving forward|next time"
+    r"(?:[\s,]+(?:please|pls|thanks|thank you|lol|haha|from (?:now|here) on(?: out)?|going forward|moving forward"
+    r"|next time"
     r"|would be (?:nice|great|better|good)"
     r"|in (?:the )?future|(?:every|each) time))+\s*$",
     re.I,
