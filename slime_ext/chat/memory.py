@@ -198,7 +198,8 @@ STOP = re.compile(r"^\W*(ok(ay)?\W+)?(please\W+)?(you can\W+)?"
 # "You can go back to normal length", "longer answers are fine now": what was asked for is no longer wanted
 RELAX = re.compile(r"^\W*(?:(?:ok(?:ay)?|actually|well|so|and)\W+)*(?:you can\W+)?(?:"
                    r"(?:go|get|switch) back to\s+"
-                   r"(?P<back>(?:normal|usual|regular|default|your (?:normal|usual|old|default))\b.*?)|(?P<fine>.+?)\s+(?:is|are)\s+(?:fine|ok(?:ay)?|allowed|welcome)\s+(?:now|again))\W*$",
+                   r"(?P<back>(?:normal|usual|regular|default|your (?:normal|usual|old|default))\b.*?)"
+                   r"|(?P<fine>.+?)\s+(?:is|are)\s+(?:fine|ok(?:ay)?|allowed|welcome)\s+(?:now|again))\W*$",
                    re.I | re.S)
 _LANGUAGE = re.compile(r"\b(" + "|".join(LANGUAGES) + r")\b", re.I)
 STOPWORDS = frozenset("the a an and or to of in on at with your my me you it that this do doing please any more anymore "
