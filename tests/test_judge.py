@@ -469,3 +469,16 @@ def test_keep_it_up_is_praise_not_a_standing_preference(said, vote):
 
     assert heuristic_vote(said, "user") == vote
     assert (heuristic_rule(said, "user") == "preference") == (vote == -1)
+
+
+@pytest.mark.parametrize("said, standing", [
+    ("Make your replies start with 'OK:' please", True), ("Make every answer shorter.", True),
+    ("Your answers should begin with \"Sure thing!\"", True), ("Please keep all future answers short.", True),
+    ("Make your answer shorter.", False), ("Your answer should have mentioned Paris.", False),
+])
+def test_a_standing_preference_is_about_all_answers_not_this_one(said, standing):
+    """What the memory keeps for every later answer ("make your replies ...", "every answer ...", "future answers")
+    against a correction of the answer at hand ("make your answer shorter"), which must not be kept."""
+    from slime_ext.judge.worker import is_standing_preference
+
+    assert is_standing_preference(said, "user") == standing

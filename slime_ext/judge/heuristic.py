@@ -171,7 +171,9 @@ _PREFERENCE = _rx(
     r"(?:answers?|repl(?:y|ies)|responses?|translations?|summar(?:y|ies)|emails?|messages?|explanations?|examples?"
     r"|recipes?|lists?|code)\b",
     r"\byour (?:answers|replies|responses) (?:should|must|need to|have to|ought to)\b",
-    r"^\W*(?:please\W+)?make (?:your|all|every|each) (?:\w+ )?(?:answers?|repl(?:y|ies)|responses?)\b",
+    # "make your replies start with ...", "make every answer ...": all answers ("make your answer shorter" is this one)
+    r"^\W*(?:please\W+)?make (?:(?:all )?your |all )(?:\w+ )?(?:answers|replies|responses)\b",
+    r"^\W*(?:please\W+)?make (?:every|each) (?:\w+ )?(?:answer|reply|response)\b",
     r"\b(?:all|every|each)\b[^.?!]{0,25}\byou (?:write|give|send|make|do|answer|recommend)\b",
     r"\bi(?:'d| would)? (?:really )?(?:like|love|prefer|appreciate) (?:it )?(?:when|if) you\b",
     r"\bi(?:'d| would)? (?:like|want|need) you to\b",
