@@ -170,7 +170,8 @@ def test_prompt_keeps_steps_after_the_request_in_order():
         ("Thanks for all your answers!", "user", 1),  # thanks, not "all your answers ..." as a preference
         ("Use metric units in all your answers.", "user", -1),
         ("Use Latin American Spanish for all translations please.", "user", -1),
-        ("gracias :)", "user", 1), ("Smokey it is!", "user", 1), ("spot on", "user", 1),
+        ("gracias :)", "user", 1), ("Smokey it is!", "user", 1), ("Python it is then", "user", 1),
+        ("Whatever it is", "user", 0), ("spot on", "user", 1),
         ("that's pretty shallow", "user", -1), ("lame", "user", -1),
         ("hmm ok", "user", 0),  # a shrug
         ("Your answers should begin with \"Sure thing!\"", "user", -1),

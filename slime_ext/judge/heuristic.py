@@ -274,7 +274,8 @@ _APPROVAL = _rx(
     r"\bwork(?:s|ed)\b",
     r"\blike a charm\b", r"\bdid the trick\b", r"\bfine\b", r"\byep\b", r"\bnot bad\b", r"\bmakes sense\b",
     r"\b(?:gracias|merci|danke|grazie|obrigad[oa]|arigato|dank je)\b", r"\bspot on\b", r"\bnailed it\b",
-    r"^\W*[\w' -]{1,30} it is\W*$",  # "Smokey it is!": the user takes the suggestion
+    # "Smokey it is!", "Python it is then": the user takes the suggestion (not "whatever it is", "not what it is")
+    r"^\W*(?!.*\b(?:not|\w+n't|what|whatever|how|where|who|why)\b)[\w' -]{1,30} it is(?: then)?\W*$",
     "\U0001f44d", "\U0001f64f", "\u2764",
 )
 
