@@ -1,4 +1,4 @@
-"""Preferences and phrasings the product was not written against, through the real experiment (issue 28's check).
+"""Preferences and phrasings not in the issue, through the real experiment (issue 28's check).
 
     .venv/bin/python experiments/personalization/unseen_phrasings.py experiment personalization \
         --methods none --personas well,tldr,short15 --seeds 0,1 --sessions 6 --probe-every 6 --heldout 8 \
@@ -14,8 +14,9 @@ preference in three phrasings none of the built-in personas use:
 - ``short15``: at most 15 words ("Be succinct going forward, 15 words max.", "Please keep all future answers
   under 15 words.", "Your replies must stay under 15 words.").
 
-Each must also answer the question (all or nothing), as the built-in preference personas do. What they
-measured is in ``README.md`` ("Phrasings not in the issue").
+Each must also answer the question (all or nothing), as the built-in preference personas do. Most of these
+forms were tried by hand first and fixed in the memory and the judge before this ran, so it checks the fixed
+product end to end, not a first look. What it measured is in ``README.md`` ("Phrasings not in the issue").
 """
 
 from __future__ import annotations
