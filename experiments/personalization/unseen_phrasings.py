@@ -26,20 +26,16 @@ import sys
 from slime_ext.cli import main
 from slime_ext.simulate import personas
 
-
-def opener(name: str, text: str, phrasings: tuple[str, str, str]) -> personas.Persona:
-    return personas._preference(name, f"starts with '{text}'", lambda r: r.lstrip().startswith(text), phrasings)
-
-
 MORE = (
-    opener("well", "Well,", ("Kick off every reply with 'Well,' from now on.",
-                             "Prefix every answer with 'Well,' please, always.",
-                             "Say 'Well,' at the start of every answer.")),
-    opener("tldr", "TL;DR:", ("Always lead with 'TL;DR:'.", "Every answer should start with 'TL;DR:'.",
-                              "Going forward, begin by saying 'TL;DR:'.")),
-    personas._preference("short15", "at most 15 words", lambda r: 0 < len(r.split()) <= 15,
-                         ("Be succinct going forward, 15 words max.", "Please keep all future answers under 15 words.",
-                          "Your replies must stay under 15 words.")),
+    personas.opener_persona("well", "Well,", ("Kick off every reply with 'Well,' from now on.",
+                                              "Prefix every answer with 'Well,' please, always.",
+                                              "Say 'Well,' at the start of every answer.")),
+    personas.opener_persona("tldr", "TL;DR:", ("Always lead with 'TL;DR:'.", "Every answer should start with 'TL;DR:'.",
+                                               "Going forward, begin by saying 'TL;DR:'.")),
+    personas.preference_persona("short15", "at most 15 words", lambda r: 0 < len(r.split()) <= 15,
+                                ("Be succinct going forward, 15 words max.",
+                                 "Please keep all future answers under 15 words.",
+                                 "Your replies must stay under 15 words.")),
 )
 
 if __name__ == "__main__":

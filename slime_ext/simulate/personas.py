@@ -285,8 +285,9 @@ def _phrasing(phrasings: tuple[str, ...]) -> Callable[[Any], str]:
 NOT_ANSWERED = "You didn't answer my question."
 
 
-def _preference(name: str, preference: str, test: Callable[[str], bool], phrasings: tuple[str, ...]) -> Persona:
-    """A persona with one standing preference over general questions (``questions.py``). An answer
+def preference_persona(name: str, preference: str, test: Callable[[str], bool], phrasings: tuple[str, ...]) -> Persona:
+    """A persona with one standing preference over general questions (``questions.py``), stated in one of
+    ``phrasings`` (picked per task) whenever ``test`` fails on an answer. An answer
     must answer the question (hold one of its keys: else "You didn't answer my question.") and
     keep the preference (else the preference, stated as a standing one); it scores 1 only when
     both hold, so a policy cannot comply by no longer answering."""
@@ -296,12 +297,12 @@ def _preference(name: str, preference: str, test: Callable[[str], bool], phrasin
                    opener=lambda t: t.prompt, thanks="Thanks!", all_or_nothing=True)
 
 
-def _opener(name: str, opener: str) -> Persona:
-    """A persona whose preference is a fixed opening, asked for in three phrasings."""
-    return _preference(name, f"starts with '{opener}'", lambda r: r.lstrip().startswith(opener),
-                       (f'Please always start your answer with "{opener}".',
-                        f'From now on, start every answer with "{opener}".',
-                        f'Next time, begin your answer with "{opener}".'))
+def opener_persona(name: str, opener: str, phrasings: tuple[str, ...] | None = None) -> Persona:
+    """A persona whose preference is a fixed opening, asked for in ``phrasings`` (default: three of its own)."""
+    return preference_persona(name, f"starts with '{opener}'", lambda r: r.lstrip().startswith(opener),
+                              phrasings or (f'Please always start your answer with "{opener}".',
+                                            f'From now on, start every answer with "{opener}".',
+                                            f'Next time, begin your answer with "{opener}".'))
 
 
 ONE_SENTENCE_MAX_WORDS = 20
@@ -309,21 +310,21 @@ UNDER_TEN_MAX_WORDS = 10
 OPENER = "Sure!"
 GREAT_OPENER = "Great question!"
 
-ONE_SENTENCE = _preference(
+ONE_SENTENCE = preference_persona(
     "one_sentence", f"one sentence of at most {ONE_SENTENCE_MAX_WORDS} words",
     lambda r: sentence_count(r) == 1 and len(r.split()) <= ONE_SENTENCE_MAX_WORDS,
     ("From now on, answer in one short sentence.", "Please always keep your answer to one short sentence.",
      "Next time, just one short sentence please."))
-UNDER_TEN = _preference(
+UNDER_TEN = preference_persona(
     "under_ten", f"at most {UNDER_TEN_MAX_WORDS} words", lambda r: 0 < len(r.split()) <= UNDER_TEN_MAX_WORDS,
     (f"Next time, keep it under {UNDER_TEN_MAX_WORDS} words.",
      f"From now on, please answer in under {UNDER_TEN_MAX_WORDS} words.",
      f"Please always keep your answers under {UNDER_TEN_MAX_WORDS} words."))
-SURE = _opener("sure", OPENER)
-GREAT = _opener("great", GREAT_OPENER)
-SO = _opener("so", "So,")
-THE_ANSWER = _opener("the_answer", "The answer is")
-ASKS_BACK = _preference(
+SURE = opener_persona("sure", OPENER)
+GREAT = opener_persona("great", GREAT_OPENER)
+SO = opener_persona("so", "So,")
+THE_ANSWER = opener_persona("the_answer", "The answer is")
+ASKS_BACK = preference_persona(
     "asks_back", "ends with a question to the user", lambda r: r.rstrip().endswith("?"),
     ("Please always end your answer with a follow-up question for me.",
      "From now on, finish every answer with a question for me.",
