@@ -350,6 +350,7 @@ def test_placed_in_the_latest_user_message_the_recorded_prompt_is_still_what_was
     (["Say 'Howdy' at the start of every answer."], "Howdy"),
     (["Put 'TL;DR:' at the beginning of each reply."], "TL;DR:"),
     (["Every answer should start with 'Well,'."], "Well,"),
+    (["Keep beginning your answers with 'Hi'."], "Hi"),  # "beginning": the verb's own forms
     (["Include a summary at the start of every answer."], None),  # no quotes
     (["Add 'Note:' at the end of every answer."], None),  # an ending
     (["Lead with the conclusion."], None),  # no quotes

@@ -123,10 +123,16 @@ def without_memory(messages: list[dict[str, Any]], hints: list[str]) -> list[dic
 
 
 # ------------------------------------------------------------------ an opening the user quoted
-# The verbs that ask for an answer's first words ("start", "begin", "open", "lead", "kick off", "prefix", "preface"),
-# in any of their forms; the preference's aspect (below) and the opening share them
-OPENING_VERBS = (r"\b(?:(?:start|begin|open|lead|prefix)(?:s|es|ed|ing)?|prefac(?:e|es|ed|ing)"
-                 r"|kick(?:s|ed|ing)?\s+off)\b")
+# The verbs that put words at an answer's start or at its end, each with the pattern of its forms ("begin",
+# "beginning"). The opening, the preference's aspect (below) and the heuristic judge's cues read them from here.
+OPENING_VERB_FORMS = {"start": r"start(?:s|ed|ing)?", "begin": r"begin(?:s|ning)?", "open": r"open(?:s|ed|ing)?",
+                      "lead": r"lead(?:s|ing)?", "prefix": r"prefix(?:es|ed|ing)?", "preface": r"prefac(?:e|es|ed|ing)",
+                      "kick off": r"kick(?:s|ed|ing)?\s+off"}
+ENDING_VERB_FORMS = {"end": r"end(?:s|ed|ing)?", "finish": r"finish(?:es|ed|ing)?", "close": r"clos(?:e|es|ed|ing)",
+                     "conclude": r"conclud(?:e|es|ed|ing)", "sign off": r"sign(?:s|ed|ing)?\s+off",
+                     "wrap up": r"wrap(?:s|ped|ping)?\s+up"}
+OPENING_VERBS = r"\b(?:" + "|".join(OPENING_VERB_FORMS.values()) + r")\b"
+ENDING_VERBS = r"\b(?:" + "|".join(ENDING_VERB_FORMS.values()) + r")\b"
 # Where the words go when the verb does not say it: "... at the start of every answer", "at the beginning of"
 OPENING_PLACE = r"\b(?:at|in) the (?:very )?(?:start|beginning|top) of\b"
 # A literal in quotes (straight or curly; a single-quoted one closes before a space, punctuation or the end, so
@@ -166,8 +172,7 @@ LANGUAGES = ("english", "french", "german", "spanish", "italian", "portuguese", 
              "mandarin", "japanese", "korean", "arabic", "hindi", "turkish", "polish", "swedish", "latin", "greek")
 ASPECTS = (  # (aspect, pattern): two standing preferences of one aspect contradict; the newer one stays
     ("opening", OPENING_VERBS + r".{0,40}\b(with|by (saying|writing))\b|\bfirst (word|line)\b|" + OPENING_PLACE),
-    ("ending", r"\b(end|finish|close|conclude|sign(s|ed|ing)? off|wrap(s|ped|ping)? up)(s|ing)?\b.{0,40}\bwith\b"
-               r"|\blast (word|line)\b|\b(at|in) the (very )?(end|bottom) of\b"),
+    ("ending", ENDING_VERBS + r".{0,40}\bwith\b|\blast (word|line)\b|\b(at|in) the (very )?(end|bottom) of\b"),
     ("language", r"\b(in|into|use|using|speak|speaking)\s+(" + "|".join(LANGUAGES) + r")\b"),
     ("format", r"\b(bullet|bulleted|numbered|list|lists|json|markdown|table|tables|code block|plain text)\b"),
     ("length", r"\b(short|shorter|brief|briefly|concise|long|longer|detailed|verbose|length|lengthy|in depth|"

@@ -128,6 +128,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from slime_ext.chat.memory import ENDING_VERB_FORMS, OPENING_VERB_FORMS
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -213,6 +215,8 @@ _FORMS = (r"english|french|spanish|german|italian|portuguese|dutch|chinese|japan
           r"|prose|(?:simpler|simple|plain|shorter) (?:words|language|english|sentences)")
 _ALL_CASE = r"all\s+(?:caps|lowercase|uppercase|capitals)"  # "All caps please"
 _FORMAT_VERBS = r"number|bold|italici[sz]e|capitali[sz]e|underline|highlight"  # "Number the steps", "Bold the key terms"
+# the verbs that put words at an answer's start or end: "start", "kick off", "sign off", ... (chat/memory.py)
+_PLACE_VERBS = "|".join([*OPENING_VERB_FORMS, *ENDING_VERB_FORMS])
 _DIRECTIVE = _rx(
     r"\byou should(?:n'?t)?\b", r"\bdon'?t\b(?!\s+(?:worry|mind)\b)", r"\bdo not\b", r"\bstop\b",
     r"\binstead\b",
@@ -224,9 +228,8 @@ _DIRECTIVE = _rx(
     r"\bkeep it (?:short|brief)\b", r"\bmake (?:it|them|this|that)\b",
     # an instruction about the form of the answer: "Start your answer with Sure!", "Answer in one sentence",
     # "Write in lowercase", "Talk to me like a friend", "In one sentence please"
-    r"^\W*(?:(?:please|pls|ok|okay|and|also|now|just|can you|could you|would you)\W+)*(?:start|begin|end|finish"
-    r"|close|open|lead|prefix|preface|kick off|wrap up|sign off|answer|reply|respond|write|talk|speak|explain|say)"
-    r"\s+(?:(?:it|that|this|to me|your \w+"
+    r"^\W*(?:(?:please|pls|ok|okay|and|also|now|just|can you|could you|would you)\W+)*"
+    rf"(?:{_PLACE_VERBS}|answer|reply|respond|write|talk|speak|explain|say)\s+(?:(?:it|that|this|to me|your \w+"
     r"|everything|all of it|(?:each|every|the|all) (?:\w+ )?\w+)\s+)?(?:with|in|using|by|like|as)\b",
     r"^\W*(?:in|without|using|with only)\s+(?:one|two|three|a single|\d+|fewer|less|plain|simple|bullet)\b",
     # the form named first: "In French please", "All caps please", "Use bullet points", "Put it in a table",
@@ -500,8 +503,7 @@ _ANYWHERE_CUE = re.compile(
 )
 # A weak cue (a hint only from a message scored -1): a clause that opens with an instruction verb.
 _INSTRUCTION_VERB = re.compile(
-    r"(?:include|add|give|write|answer|reply|respond|keep|make|put|start|begin|end|finish|sign|call|show|skip|list"
-    r"|lead|prefix|preface|kick off|wrap up"
+    rf"(?:{_PLACE_VERBS}|include|add|give|write|answer|reply|respond|keep|make|put|sign|call|show|skip|list"
     r"|summari[sz]e|explain|tell|recommend|suggest|round|format|mention|translate|say|try|redo|rewrite|sort"
     r"|cite|prefer|remove|drop|leave|cut|focus|stick|send|the user|without|talk|speak|less|more|fewer"
     rf"|{_FORMAT_VERBS})\b"
