@@ -329,10 +329,10 @@ def _content_words(text: str) -> set[str]:
     return {w for w in _WORD.findall(text) if len(w) > 2 and w not in _STOPWORDS}
 
 
-_NUMBER_WORDS = {w: str(i) for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen "
-    "eighteen nineteen twenty".split())} | {w: str(10 * i) for i, w in enumerate(
-        "thirty forty fifty sixty seventy eighty ninety".split(), start=3)} | {"hundred": "100", "thousand": "1000"}
+_NUMBER_WORDS = dict(zip("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+                         "fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty "
+                         "ninety hundred thousand".split(),
+                         [*map(str, range(21)), *map(str, range(30, 100, 10)), "100", "1000"]))
 
 
 def _key_words(text: str) -> set[str]:
