@@ -95,9 +95,9 @@ words made into an instruction for the teacher, or ``None``:
   "answer/reply/respond with/in/only/using", "use", "just" (not "just wondering/curious/..."),
   "only" (not "only if/when/because"), "stop ...", "avoid ...", "keep it/the/your/answers ...",
   "be more/less ...", "be concise/brief/specific/precise/succinct/terse/direct/to the point", "every
-  answer / your replies ... should/must ...", "make your answers ...", or a clause that contains "you should",
-  "make sure", "instead", "shorter", "more concise", "too long / short / verbose / wordy", "keep it
-  short/brief/simple", "less detail", "more detail", "less verbose/wordy".
+  answer / your replies ... should/must ...", "make your answer(s) / every answer ...", or a clause that
+  contains "you should", "make sure", "instead", "shorter", "more concise", "too long / short / verbose /
+  wordy", "keep it short/brief/simple", "less detail", "more detail", "less verbose/wordy".
 - Weak cues make a hint only when the message is a correction (``heuristic_vote`` scores it -1 or
   it has a strong cue): the polite leads, the first-person rewrites above ("Prefer X", "Give X",
   "The user is ..."), a clause that opens with an instruction verb ("include", "add", "give",
