@@ -29,7 +29,6 @@ from pathlib import Path
 
 import torch
 
-from slime_ext.chat.memory import with_memory
 from slime_ext.chat.prompt import PromptRenderer
 from slime_ext.learning.teacher import teacher_prompt_ids
 from slime_ext.models import resolve_model
@@ -38,9 +37,8 @@ from slime_ext.simulate.questions import correctness_tasks, preference_tasks
 from slime_ext.store import Store
 from slime_ext.trainers.canary_data import holds_key
 from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, wrap_lora
-from slime_ext.types import Turn
 
-from memory_formats import greedy, stated_hint  # beside this script
+from memory_formats import greedy, record_served, stated_hint  # beside this script
 
 
 def first_position(model, prompt: list[int]) -> torch.Tensor:
@@ -92,22 +90,7 @@ def main() -> int:
         run = Path(tempfile.mkdtemp()) / "run"
         store = Store(run)
         for i, t in enumerate(train):
-            served = with_memory(asked(t), [hint])
-            prompt = renderer.render(served, [])
-            with torch.no_grad():
-                out = model.generate(torch.tensor([prompt]), max_new_tokens=48, do_sample=True, temperature=0.2,
-                                     top_p=0.9)[0, len(prompt):].tolist()
-                logits = model(input_ids=torch.tensor([prompt + out])).logits[0, len(prompt) - 1:-1].float()
-                lps = torch.log_softmax(logits / 0.2, -1).gather(1, torch.tensor(out)[:, None])[:, 0].tolist()
-            sid = f"s{i}"
-            store.create_session(sid, "ann", "inferred")
-            store.insert_turn(Turn(session_id=sid, index=0, main_line=True, reason="served", request_id=sid,
-                                   prompt_token_ids=prompt, response_token_ids=out, response_logprobs=lps,
-                                   response_text=renderer.tokenizer.decode(out), policy_version=0, policy_version_end=0,
-                                   finish_reason="stop", messages=served, reply_key=sid, user="ann", memory=[hint],
-                                   sampling={"temperature": 0.2}))
-            store.set_next_state(sid, 0, "ok", "user")
-            store.record_verdict(sid, 0, 0, [(0, "only the distillation term")])
+            record_served(store, model, renderer, f"s{i}", asked(t), hint, "ok", 0, "only the distillation term")
         cfg = TrainerConfig(method="combine", distill=kind, batch_size=4, lr=args.lr)
         trainer = OnlineTrainer(wrap_lora(model, cfg), store, run, cfg, renderer=renderer)
         print(f"\n--distill {kind} (lr {args.lr}): student p(first token) at the first position, no memory")

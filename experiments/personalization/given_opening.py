@@ -25,7 +25,6 @@ from pathlib import Path
 
 import torch
 
-from slime_ext.chat.memory import with_memory
 from slime_ext.chat.prompt import PromptRenderer
 from slime_ext.learning import example
 from slime_ext.models import resolve_model
@@ -34,9 +33,8 @@ from slime_ext.simulate.questions import correctness_tasks, preference_tasks
 from slime_ext.store import Store
 from slime_ext.trainers.canary_data import holds_key
 from slime_ext.trainers.loop import OnlineTrainer, TrainerConfig, wrap_lora
-from slime_ext.types import Turn
 
-from memory_formats import greedy, stated_hint  # beside this script
+from memory_formats import greedy, record_served, stated_hint  # beside this script
 
 
 def train_given_tokens(weight: float) -> None:
@@ -84,23 +82,7 @@ def main() -> int:
     run = Path(tempfile.mkdtemp()) / "run"
     store = Store(run)
     for i, t in enumerate(preference_tasks("train", 4 * args.steps, args.seed)):
-        served = with_memory(asked(t), [hint])
-        prompt = renderer.render(served, [])
-        with torch.no_grad():
-            out = model.generate(torch.tensor([prompt + given]), max_new_tokens=48, do_sample=True, temperature=0.2,
-                                 top_p=0.9)[0, len(prompt) + len(given):].tolist()
-            logits = model(input_ids=torch.tensor([prompt + given + out])).logits[0, len(prompt + given) - 1:-1]
-            lps = torch.log_softmax(logits.float() / 0.2, -1).gather(1, torch.tensor(out)[:, None])[:, 0].tolist()
-        sid = f"s{i}"
-        store.create_session(sid, "ann", "inferred")
-        store.insert_turn(Turn(session_id=sid, index=0, main_line=True, reason="served", request_id=sid,
-                               prompt_token_ids=prompt, response_token_ids=given + out,
-                               response_logprobs=[0.0] * len(given) + lps, response_text=tokenizer.decode(given + out),
-                               policy_version=0, policy_version_end=0, finish_reason="stop", messages=served,
-                               reply_key=sid, user="ann", memory=[hint],
-                               sampling={"temperature": 0.2, "forced_tokens": len(given)}))
-        store.set_next_state(sid, 0, "Thanks!", "user")
-        store.record_verdict(sid, 0, 1, [(1, "approved")])
+        record_served(store, model, renderer, f"s{i}", asked(t), hint, "Thanks!", 1, "approved", given=given)
     cfg = TrainerConfig(method="combine", batch_size=4, lr=args.lr)
     trainer = OnlineTrainer(wrap_lora(model, cfg), store, run, cfg, renderer=renderer)
     print(f"seed {args.seed}, given tokens {given} at verdict weight {args.given_weight}, lr {args.lr}")

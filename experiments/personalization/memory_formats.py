@@ -24,6 +24,7 @@ from slime_ext.models import resolve_model
 from slime_ext.simulate.personas import get_persona
 from slime_ext.simulate.questions import correctness_tasks, preference_tasks
 from slime_ext.trainers.canary_data import holds_key
+from slime_ext.types import Turn
 
 
 def _user_reminder(messages, hints):
@@ -52,6 +53,29 @@ def stated_hint(persona) -> str:
         if hint:
             return hint
     raise ValueError(f"{persona.name}: no correction names the preference")
+
+
+def record_served(store, model, renderer, sid: str, messages, hint: str, follow_up: str, verdict: int, why: str,
+                  given: list[int] = ()) -> None:
+    """Serve ``messages`` as the server does with the memory ``[hint]`` (the block in the system message; ``given``:
+    the opening's tokens, written first and recorded at log-prob 0) and the rest sampled by ``model`` (48 tokens,
+    temperature 0.2, top-p 0.9); record the turn in ``store`` for user "ann", its ``follow_up`` and ``verdict``."""
+    served = with_memory(messages, [hint])
+    prompt, given = renderer.render(served, []), list(given)
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt + given]), max_new_tokens=48, do_sample=True, temperature=0.2,
+                             top_p=0.9)[0, len(prompt) + len(given):].tolist()
+        logits = model(input_ids=torch.tensor([prompt + given + out])).logits[0, len(prompt + given) - 1:-1]
+        lps = torch.log_softmax(logits.float() / 0.2, -1).gather(1, torch.tensor(out)[:, None])[:, 0].tolist()
+    store.create_session(sid, "ann", "inferred")
+    store.insert_turn(Turn(session_id=sid, index=0, main_line=True, reason="served", request_id=sid,
+                           prompt_token_ids=prompt, response_token_ids=given + out,
+                           response_logprobs=[0.0] * len(given) + lps,
+                           response_text=renderer.tokenizer.decode(given + out), policy_version=0, policy_version_end=0,
+                           finish_reason="stop", messages=served, reply_key=sid, user="ann", memory=[hint],
+                           sampling={"temperature": 0.2, **({"forced_tokens": len(given)} if given else {})}))
+    store.set_next_state(sid, 0, follow_up, "user")
+    store.record_verdict(sid, 0, verdict, [(verdict, why)])
 
 
 def greedy(model, renderer, messages, n: int = 48) -> str:
